@@ -1,0 +1,207 @@
+"""Checks, their registry and results, and the helpers every lesson's checks share.
+
+A check is a plain function registered with :func:`check`.  It receives the student's objects
+explicitly (never by digging in frames), runs them on seeded inputs and raises
+:class:`CheckFailed` with a Russian message when a property does not hold.  Points are declared
+once, here, and the nbgrader cell that calls the check carries the same number (a test asserts
+it).  Checks run inside :mod:`autograder.worker`, a separate process, so they may trust nothing
+the student's kernel did.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import traceback
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+
+class CheckFailed(AssertionError):
+    """A graded property does not hold; the message is meant for the student (Russian)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A registered check: its id (``lessonNN.name``), points, title and timeout."""
+
+    id: str
+    points: float
+    title: str
+    function: Callable[..., str | None]
+    timeout_s: float = 120.0
+    memory_limit_gib: float = 4.0
+    needs_gpu: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """What a run of one check produced; ``score`` is ``points`` or 0."""
+
+    check_id: str
+    title: str
+    points: float
+    passed: bool
+    message: str
+    mistake: str | None = None
+
+    @property
+    def score(self) -> float:
+        return self.points if self.passed else 0.0
+
+    def summary(self) -> str:
+        mark = "✅" if self.passed else "❌"
+        return f"{mark} {self.title}: {format_points(self.score)} из {format_points(self.points)}"
+
+
+_REGISTRY: dict[str, Check] = {}
+
+
+def check(check_id: str, *, points: float, title: str, timeout_s: float = 30.0,
+          memory_limit_gib: float = 4.0, needs_gpu: bool = False):
+    """Register a check function under ``check_id`` (``lessonNN.name``)."""
+
+    def register(function):
+        if check_id in _REGISTRY and _REGISTRY[check_id].function.__qualname__ != function.__qualname__:
+            raise ValueError(f"check id {check_id!r} registered twice")
+        _REGISTRY[check_id] = Check(check_id, float(points), title, function, timeout_s,
+                                    memory_limit_gib, needs_gpu)
+        return function
+
+    return register
+
+
+def lesson_module_name(check_id: str) -> str:
+    """``lesson02.equivalence`` -> ``autograder.lesson02_fused_rmsnorm``."""
+    prefix = check_id.split(".", 1)[0]
+    import autograder
+
+    for info in pkgutil.iter_modules(autograder.__path__):
+        if info.name == prefix or info.name.startswith(prefix + "_"):
+            return f"autograder.{info.name}"
+    raise KeyError(f"no lesson module for check id {check_id!r}")
+
+
+def get_check(check_id: str) -> Check:
+    """The registered check, importing its lesson module on first use."""
+    if check_id not in _REGISTRY:
+        importlib.import_module(lesson_module_name(check_id))
+    try:
+        return _REGISTRY[check_id]
+    except KeyError:
+        raise KeyError(f"unknown check id {check_id!r}") from None
+
+
+def all_checks(prefix: str = "") -> dict[str, Check]:
+    """Every registered check whose id starts with ``prefix`` (imports all lesson modules)."""
+    import autograder
+
+    for info in pkgutil.iter_modules(autograder.__path__):
+        if info.name.startswith("lesson"):
+            importlib.import_module(f"autograder.{info.name}")
+    return {k: v for k, v in sorted(_REGISTRY.items()) if k.startswith(prefix)}
+
+
+def format_points(points: float) -> str:
+    return str(int(points)) if float(points).is_integer() else f"{points:g}"
+
+
+# --- calling student code -------------------------------------------------------------------
+
+MAX_MESSAGE_CHARS = 1500
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 40] + f"\n… (обрезано, всего {len(text)} символов)"
+
+
+def call_student(function: Any, *args, case: str, what: str = "функция", **kwargs):
+    """Call the student's function; any exception becomes a CheckFailed naming the case."""
+    if not callable(function):
+        raise CheckFailed(f"{what} должна быть функцией, а получено {type(function).__name__}.")
+    from . import guard
+
+    try:
+        with guard.student_code(), np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return function(*args, **kwargs)
+    except CheckFailed:
+        raise
+    except guard.Tampering as error:
+        raise CheckFailed(f"Нарушение правил проверки на случае {case}: {error}.") from None
+    except NotImplementedError:
+        raise CheckFailed(f"{what} ещё не реализована: в ней остался `raise NotImplementedError()` "
+                          f"(случай: {case}).") from None
+    except MemoryError:
+        raise CheckFailed(f"{what} исчерпала лимит памяти проверки на случае {case}: "
+                          "MemoryError. Скорее всего, создаётся слишком большой массив.") from None
+    except BaseException as error:  # SystemExit and KeyboardInterrupt too: they are the student's
+        frames = traceback.extract_tb(error.__traceback__)[1:]
+        where = "".join(traceback.format_list(frames[-3:])) if frames else ""
+        raise CheckFailed(shorten(
+            f"{what} выбросила исключение на случае {case}:\n"
+            f"{type(error).__name__}: {shorten(str(error), 500)}\n{where}")) from None
+
+
+# --- comparing arrays ------------------------------------------------------------------------
+
+TOLERANCES = {
+    # dtype name -> (atol, rtol) against a float64 oracle
+    "float32": (1e-5, 1e-5),
+    "float64": (1e-10, 1e-10),
+}
+
+
+def require_array(got: Any, *, shape: tuple[int, ...], dtype: str, case: str, name: str = "результат") -> np.ndarray:
+    """Type, shape and dtype first: a plain ndarray of exactly this shape and dtype."""
+    if type(got) is not np.ndarray:  # subclasses and look-alikes with a forged __eq__ are refused
+        raise CheckFailed(f"{name} должен быть numpy.ndarray, а получено {type(got).__name__} "
+                          f"(случай: {case}).")
+    if got.shape != tuple(shape):
+        raise CheckFailed(f"{name}: форма {got.shape}, ожидалась {tuple(shape)} (случай: {case}).")
+    if got.dtype != np.dtype(dtype):
+        hint = ""
+        if got.dtype == np.float64 and dtype == "float32":
+            hint = (" Подсказка: NumPy 2 повышает float32 до float64, если смешать массив со скаляром "
+                    "float64 (например, `x / np.sqrt(d)`): используйте np.float32(...) или .astype.")
+        raise CheckFailed(f"{name}: dtype {got.dtype}, ожидался {dtype} (случай: {case}).{hint}")
+    return got
+
+
+def compare(got: Any, expected: np.ndarray, *, case: str, dtype: str = "float32",
+            atol: float | None = None, rtol: float | None = None, hint: str = "",
+            name: str = "результат") -> float:
+    """Raise CheckFailed unless ``got`` matches ``expected``; returns the max abs error."""
+    got = require_array(got, shape=expected.shape, dtype=dtype, case=case, name=name)
+    default_atol, default_rtol = TOLERANCES[dtype]
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
+    with np.errstate(all="ignore"):
+        got64 = got.astype(np.float64)
+        bad_values = ~np.isfinite(got64) & np.isfinite(expected)
+        if bad_values.any():
+            index = tuple(int(i) for i in np.argwhere(bad_values)[0])
+            raise CheckFailed(
+                f"{name} содержит {int(bad_values.sum())} значений NaN/inf (случай: {case}); "
+                f"первое в позиции {index}: {got[index]!r}, ожидалось {expected[index]:.6g}."
+                + (f"\nВероятная ошибка: {hint}" if hint else ""))
+        error = np.abs(got64 - expected)
+        bad = error > atol + rtol * np.abs(expected)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise CheckFailed(
+            f"{name} не совпадает с эталоном float64 (случай: {case}).\n"
+            f"Макс. ошибка {float(np.nanmax(error)):.3g} при допуске atol={atol:g}, rtol={rtol:g}; "
+            f"неверных элементов {int(bad.sum())} из {bad.size}.\n"
+            f"Первый неверный индекс {index}: получено {float(got64[index]):.6g}, "
+            f"ожидалось {float(expected[index]):.6g}."
+            + (f"\nВероятная ошибка: {hint}" if hint else ""))
+    return float(error.max()) if error.size else 0.0
+
+
+def describe_case(**params) -> str:
+    """``T=4096, D=512, seed=1`` — how every message names its case."""
+    return ", ".join(f"{k}={v}" for k, v in params.items())

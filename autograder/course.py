@@ -1,0 +1,160 @@
+"""The nbgrader course on disk: lessons, releasing student notebooks, grading submissions.
+
+Everything here drives the real ``nbgrader`` command line, with the environment's ``bin`` on
+PATH (nbgrader shells out to ``alembic``).  Grading happens in a scratch course folder built
+from ``nbgrader_config.py`` and ``solutions/``, so the repository's own gradebook is untouched.
+"""
+from __future__ import annotations
+
+import dataclasses
+import filecmp
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = "solutions"
+RELEASE = "notebooks"
+
+
+def lessons(root: Path = ROOT) -> list[str]:
+    """Lesson (= nbgrader assignment) ids: the folders of solutions/, in order."""
+    return sorted(p.name for p in (root / SOLUTIONS).iterdir() if (p / f"{p.name}.ipynb").exists())
+
+
+def source_notebook(lesson: str, root: Path = ROOT) -> Path:
+    return root / SOLUTIONS / lesson / f"{lesson}.ipynb"
+
+
+def student_notebook(lesson: str, root: Path = ROOT) -> Path:
+    return root / RELEASE / lesson / f"{lesson}.ipynb"
+
+
+def nbgrader_env() -> dict[str, str]:
+    """The environment for nbgrader: this interpreter's bin first on PATH (for alembic)."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    return env
+
+
+def nbgrader(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``nbgrader ARGS`` in the course folder ``cwd``; raise with its log on failure."""
+    command = [str(Path(sys.executable).parent / "nbgrader"), *args]
+    done = subprocess.run(command, cwd=cwd, env=nbgrader_env(), capture_output=True, text=True)
+    if check and (done.returncode != 0 or "[ERROR]" in done.stderr):
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return done
+
+
+def new_course(folder: Path, root: Path = ROOT, only: list[str] | None = None) -> Path:
+    """A scratch course in ``folder``: the config and the sources of ``only`` (or all) lessons."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "nbgrader_config.py", folder / "nbgrader_config.py")
+    for lesson in only or lessons(root):
+        shutil.copytree(root / SOLUTIONS / lesson, folder / SOLUTIONS / lesson,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    return folder
+
+
+def release(root: Path = ROOT, only: list[str] | None = None) -> list[Path]:
+    """Regenerate the student notebooks under notebooks/ from solutions/ (nbgrader)."""
+    written = []
+    for lesson in only or lessons(root):
+        nbgrader("generate_assignment", lesson, "--force", cwd=root)
+        written.append(student_notebook(lesson, root))
+    return written
+
+
+def stale_release(root: Path = ROOT) -> list[str]:
+    """Student notebooks that differ from a fresh generation (empty when notebooks/ is current)."""
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="course-release-") as scratch:
+        course = new_course(Path(scratch), root)
+        release(course)
+        for lesson in lessons(root):
+            fresh, committed = student_notebook(lesson, course), student_notebook(lesson, root)
+            if not committed.exists():
+                problems.append(f"{committed.relative_to(root)} is missing")
+            elif not filecmp.cmp(fresh, committed, shallow=False):
+                problems.append(f"{committed.relative_to(root)} is stale")
+        extra = {p.parent.name for p in (root / RELEASE).glob("*/*.ipynb")} - set(lessons(root))
+        problems += [f"{RELEASE}/{name} has no source in {SOLUTIONS}/" for name in sorted(extra)]
+    return problems
+
+
+# --- submissions ----------------------------------------------------------------------------
+
+_SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
+
+
+def reference_answers(lesson: str, root: Path = ROOT) -> dict[str, str]:
+    """The source notebook's answer cells with the solution markers removed: grade_id -> code."""
+    nb = nbformat.read(source_notebook(lesson, root), as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: _SOLUTION_MARKERS.sub("", c.source)
+            for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def fill_answers(lesson: str, answers: dict[str, str], root: Path = ROOT) -> nbformat.NotebookNode:
+    """The student notebook with the given answer cells (grade_id -> code) filled in."""
+    nb = nbformat.read(student_notebook(lesson, root), as_version=4)
+    known = set()
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+            known.add(grade_id)
+    if set(answers) - known:
+        raise KeyError(f"no answer cells {sorted(set(answers) - known)} in {lesson}")
+    return nb
+
+
+@dataclasses.dataclass(frozen=True)
+class CellGrade:
+    cell: str
+    score: float
+    max_score: float
+
+
+def autograde(lesson: str, submissions: dict[str, nbformat.NotebookNode], folder: Path,
+              root: Path = ROOT, extra_args: tuple[str, ...] = ()) -> dict[str, list[CellGrade]]:
+    """Grade notebooks with the real ``nbgrader autograde`` in a scratch course in ``folder``.
+
+    Returns, per student id, the score of every graded cell (nbgrader's own gradebook).
+    """
+    course = new_course(folder, root, only=[lesson])
+    nbgrader("generate_assignment", lesson, "--force", cwd=course)
+    for student, nb in submissions.items():
+        target = course / "submitted" / student / lesson
+        target.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, target / f"{lesson}.ipynb")
+    nbgrader("autograde", lesson, "--force", *extra_args, cwd=course)
+    return read_grades(course, lesson, list(submissions))
+
+
+def read_grades(course: Path, lesson: str, students: list[str]) -> dict[str, list[CellGrade]]:
+    from nbgrader.api import Gradebook
+
+    grades = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for student in students:
+            notebook = gradebook.find_submission_notebook(lesson, lesson, student)
+            grades[student] = [CellGrade(g.name, float(g.score), float(g.max_score))
+                               for g in sorted(notebook.grades, key=lambda g: g.name)]
+    return grades
+
+
+def score_table(grades: list[CellGrade]) -> str:
+    """A plain text table: cell, score, max; and the total."""
+    width = max([len(g.cell) for g in grades] + [5])
+    lines = [f"{'ячейка':<{width}}  баллы"]
+    lines += [f"{g.cell:<{width}}  {g.score:g} / {g.max_score:g}" for g in grades]
+    total, top = sum(g.score for g in grades), sum(g.max_score for g in grades)
+    lines.append(f"{'ИТОГО':<{width}}  {total:g} / {top:g}")
+    return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""Run one check in a fresh worker process, so that student code cannot hurt the grader.
+
+The student's objects travel by value (cloudpickle) to ``python -I -m autograder.worker``,
+which imports the check before it unpickles anything, caps its address space and runs the
+check.  A hang is killed after the check's timeout, a memory bomb hits the cap and raises
+MemoryError, and ``os._exit`` or a segfault ends only the worker: every case becomes a failed
+check with a Russian message, never a dead kernel or a stalled autograde.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+
+import cloudpickle
+
+from .core import CheckResult, get_check, shorten
+
+#: Environment of the worker: one BLAS thread (deterministic, small address space).
+WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg", "PYTHONIOENCODING": "utf-8"}
+
+
+#: Digests of payloads that already hung in this process: later checks fail at once, so one
+#: endless loop costs its own cells a single timeout, not one per check.
+_HUNG: dict[str, float] = {}
+
+
+class PayloadError(Exception):
+    """The student's objects could not be serialised for the worker."""
+
+
+def pack_one(obj) -> bytes:
+    """Serialise one student object by value (functions from the notebook included)."""
+    try:
+        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:  # unpicklable closures, generators, open files...
+        raise PayloadError(f"не удалось передать объект на проверку: {type(error).__name__}: "
+                           f"{shorten(str(error), 300)}") from None
+
+
+def pack(objects: list) -> list[bytes]:
+    return [pack_one(obj) for obj in objects]
+
+
+def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
+              *, timeout_s: float | None = None) -> CheckResult:
+    """Run ``check_id`` on the packed objects (one blob each) in a worker; return its result."""
+    check = get_check(check_id)
+    timeout = check.timeout_s if timeout_s is None else timeout_s
+    request = pickle.dumps({"check_id": check_id, "cases": cases, "payloads": list(payloads),
+                            "memory_limit_gib": check.memory_limit_gib})
+
+    def failed(message: str) -> CheckResult:
+        return CheckResult(check_id, check.title, check.points, False, message)
+
+    digest = hashlib.sha256(b"".join(payloads)).hexdigest()
+    if digest in _HUNG:
+        return failed(f"Проверка не запускалась: эта же функция уже не завершилась за {_HUNG[digest]:g} с "
+                      "на предыдущей проверке (бесконечный цикл?).")
+    env = {**os.environ, **WORKER_ENV}
+    with tempfile.TemporaryDirectory(prefix="autograder-") as workdir:
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-m", "autograder.worker"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env=env,
+            start_new_session=True)  # its own process group: a timeout kills the children too
+        try:
+            out, err = process.communicate(request, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            process.communicate()
+            _HUNG[digest] = timeout
+            return failed(f"Проверка прервана: функция не завершилась за {timeout:g} с. "
+                          "Вероятно, бесконечный цикл или слишком медленный алгоритм "
+                          "(например, цикл по элементам вместо операций над блоками).")
+        finally:
+            _kill_group(process)  # whatever the student's code left running
+    return _parse_reply(check, process.returncode, out, err)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _parse_reply(check, returncode: int, out: bytes, err: bytes) -> CheckResult:
+    lines = out.decode("utf-8", "replace").strip().splitlines()
+    if returncode == 0 and lines:
+        try:
+            reply = json.loads(lines[-1])
+            return CheckResult(check.id, check.title, check.points, bool(reply["passed"]),
+                               str(reply["message"]), reply.get("mistake"))
+        except (ValueError, KeyError, TypeError):
+            pass
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        what = {"SIGSEGV": "обращение к недопустимой памяти (segfault)",
+                "SIGKILL": "процесс убит (скорее всего, не хватило памяти)",
+                "SIGABRT": "аварийное завершение (abort)"}.get(name, "процесс завершён сигналом")
+        message = f"Проверка упала: {what}, сигнал {name}. Ядро и остальные проверки не затронуты."
+    else:
+        message = (f"Проверка не получила результата: процесс проверки завершился с кодом {returncode}. "
+                   "Функция не должна вызывать os._exit / sys.exit или завершать процесс.")
+    tail = err.decode("utf-8", "replace").strip()
+    if tail:
+        message += "\nПоследние строки вывода:\n" + shorten(tail[-800:], 800)
+    return CheckResult(check.id, check.title, check.points, False, message)

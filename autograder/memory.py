@@ -1,0 +1,55 @@
+"""Peak memory of a student call, measured with tracemalloc references taken at import.
+
+The functions are bound when this module is imported (in the worker, before any student code
+exists), so a student who replaces ``tracemalloc.get_traced_memory`` changes nothing here; one
+who stops tracing inside the function is caught because tracing is checked afterwards.
+NumPy reports its data buffers to tracemalloc, so the peak counts array memory.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tracemalloc import (clear_traces as _clear_traces, get_traced_memory as _get_traced_memory,
+                         is_tracing as _is_tracing, start as _start, stop as _stop)
+
+from .core import CheckFailed, call_student
+
+MiB = 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class Peak:
+    """A measured peak next to the bound it is held to."""
+
+    bytes: int
+    result: object
+
+    @property
+    def mib(self) -> float:
+        return self.bytes / MiB
+
+
+def measure_peak(function, *args, case: str, what: str = "функция", **kwargs) -> Peak:
+    """Call the student's function under tracemalloc; the peak excludes the inputs."""
+    if _is_tracing():
+        _stop()
+    _start()
+    _clear_traces()
+    try:
+        result = call_student(function, *args, case=case, what=what, **kwargs)
+        if not _is_tracing():
+            raise CheckFailed(f"{what} остановила tracemalloc (случай: {case}): память так не измерить.")
+        _, peak = _get_traced_memory()
+    finally:
+        if _is_tracing():
+            _stop()
+    return Peak(int(peak), result)
+
+
+def peak_table(rows: list[tuple[str, float, float]]) -> str:
+    """A small text table: what, peak MiB, allowed MiB, ratio."""
+    lines = [f"{'что':<28}{'пик, МиБ':>10}{'допуск, МиБ':>13}{'доля':>7}"]
+    for name, peak, allowed in rows:
+        ratio = peak / allowed if allowed else float("inf")
+        lines.append(f"{name:<28}{peak / MiB:>10.2f}{allowed / MiB:>13.2f}{ratio:>7.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,26 @@
+"""The course as nbgrader sees it: sources in solutions/, student notebooks in notebooks/.
+
+Every nbgrader command run from this folder reads this file (run them through `make` or with
+.venv/bin on PATH: nbgrader shells out to `alembic`).
+"""
+from autograder.nbgrader_ext import autograde_preprocessors
+
+c = get_config()  # noqa: F821 (provided by nbgrader)
+
+c.CourseDirectory.root = "."
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "notebooks"
+c.CourseDirectory.db_url = "sqlite:///gradebook.db"
+
+# Lessons: one nbgrader assignment each, with one notebook of the same name.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]
+
+# Student-facing stubs in Russian.
+c.ClearSolutions.code_stub = {"python": "# ВАШ КОД ЗДЕСЬ\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "ВАШ ОТВЕТ ЗДЕСЬ"
+
+# Graded test cells are run by the grader, not by the student's kernel (autograder/nbgrader_ext.py).
+c.Autograde.autograde_preprocessors = autograde_preprocessors()
+# Ordinary cells: a cell still running after 120 s is interrupted and the rest is graded.
+c.Execute.timeout = 120
+c.Execute.interrupt_on_timeout = True
