@@ -1,0 +1,74 @@
+"""Banks of submissions that grade the grader: each lesson has one in tests/banks/.
+
+A bank module defines ``LESSON`` (the lesson id), ``CORRECT`` (answers written differently from
+the reference, which must still get full marks) and ``WRONG`` (known mistakes, each losing
+exactly the checks it names).  Answers replace the reference's answer cells by grade_id; cells
+not named keep the reference answer.  The same bank drives the fast in-process check tests and
+the end-to-end ``nbgrader autograde`` test.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+
+import nbformat
+
+from autograder import course
+from autograder.nbgrader_ext import GradeCall, parse_grade_cell
+
+
+@dataclasses.dataclass(frozen=True)
+class Submission:
+    """Answers (grade_id -> code) and the checks they must fail (all others pass)."""
+
+    name: str
+    answers: dict[str, str]
+    loses: frozenset[str] = frozenset()
+    says: str | None = None  # a phrase the first lost check's message must contain
+
+
+def wrong(name: str, answers: dict[str, str], loses, says: str | None = None) -> Submission:
+    return Submission(name, answers, frozenset(loses), says)
+
+
+def correct(name: str, answers: dict[str, str]) -> Submission:
+    return Submission(name, answers)
+
+
+def banks() -> dict[str, object]:
+    """lesson id -> bank module."""
+    import banks as package
+
+    found = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"banks.{info.name}")
+        found[module.LESSON] = module
+    return found
+
+
+def grade_calls(lesson: str) -> dict[str, list[GradeCall]]:
+    """Test cell grade_id -> its grade calls, hidden ones included (from the source notebook)."""
+    nb = nbformat.read(course.source_notebook(lesson), as_version=4)
+    calls = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution"):
+            calls[meta["grade_id"]] = parse_grade_cell(cell.source)
+    return calls
+
+
+def cell_id(check_id: str) -> str:
+    """The grade_id of the test cell that calls ``check_id`` (autograder.authoring's rule)."""
+    return "test_" + check_id.replace(".", "_")
+
+
+def namespace(lesson: str, answers: dict[str, str]) -> dict:
+    """Run the notebook's setup and answer cells (not demos or tests) into a fresh namespace."""
+    nb = course.fill_answers(lesson, {**course.reference_answers(lesson), **answers})
+    ns = {"__name__": "__main__"}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and (meta.get("solution") or (meta.get("locked") and not meta.get("grade"))):
+            exec(compile(cell.source, f"<{meta['grade_id']}>", "exec"), ns)
+    return ns

@@ -1,0 +1,50 @@
+"""Does the real `nbgrader autograde` give every bank submission exactly the score it should?
+
+One scratch course per lesson: generate_assignment, then autograde the reference answers, the
+untouched student notebook, every correct rewrite and every known mistake, and read nbgrader's
+gradebook.  Also: generate_feedback and export run on the result.
+"""
+import csv
+
+import nbformat
+import pytest
+
+from autograder import course
+from bank import Submission, banks, cell_id
+
+LESSONS = sorted(banks())
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_autograde_scores_every_submission_as_the_bank_says(lesson, tmp_path):
+    bank = banks()[lesson]
+    reference = course.reference_answers(lesson)
+    entries = [Submission("reference", {})] + bank.CORRECT + bank.WRONG
+    submissions = {s.name: course.fill_answers(lesson, {**reference, **s.answers}) for s in entries}
+    submissions["untouched"] = nbformat.read(course.student_notebook(lesson), as_version=4)
+
+    grades = course.autograde(lesson, submissions, tmp_path)
+
+    problems = []
+    for entry in entries:
+        lost = {g.cell for g in grades[entry.name] if g.score != g.max_score}
+        expected = {cell_id(check) for check in entry.loses}
+        if lost != expected:
+            problems.append(f"{entry.name}: lost {sorted(lost)}, expected {sorted(expected)}")
+        partial = [g for g in grades[entry.name] if 0 < g.score < g.max_score]
+        if partial:
+            problems.append(f"{entry.name}: partial scores {partial}")
+    untouched = grades["untouched"]
+    if sum(g.score for g in untouched) != 0:
+        problems.append(f"untouched notebook scored {course.score_table(untouched)}")
+    assert not problems, "\n".join(problems)
+
+    # The rest of the instructor's pipeline runs on the same course.
+    course.nbgrader("generate_feedback", lesson, "--force", cwd=tmp_path)
+    assert (tmp_path / "feedback" / "reference" / lesson / f"{lesson}.html").exists()
+    course.nbgrader("export", "--to", str(tmp_path / "grades.csv"), cwd=tmp_path)
+    with open(tmp_path / "grades.csv", encoding="utf-8") as handle:
+        rows = {row["student_id"]: row for row in csv.DictReader(handle)}
+    total = sum(g.max_score for g in grades["reference"])
+    assert float(rows["reference"]["score"]) == total
+    assert float(rows["untouched"]["score"]) == 0

@@ -1,0 +1,43 @@
+"""Does every check pass the reference and its rewrites, and fail exactly the known mistakes?
+
+In-process and fast: each check runs in its worker as under nbgrader, but without a kernel.
+tests/test_autograde.py repeats the verdicts through the real `nbgrader autograde`.
+"""
+import pytest
+
+from autograder import course
+from autograder.notebook import run
+from bank import Submission, banks, grade_calls, namespace
+
+CASES = [(lesson, s) for lesson, bank in banks().items()
+         for s in [Submission("reference", {})] + bank.CORRECT + bank.WRONG]
+
+
+def failed_checks(lesson: str, submission: Submission) -> dict[str, str]:
+    ns = namespace(lesson, submission.answers)
+    failed = {}
+    for calls in grade_calls(lesson).values():
+        for call in calls:
+            result = run(call.check_id, *[ns[name] for name in call.names], cases=call.cases)
+            if not result.passed:
+                failed.setdefault(call.check_id, result.message)
+    return failed
+
+
+@pytest.mark.parametrize("lesson, submission", CASES, ids=[f"{l}-{s.name}" for l, s in CASES])
+def test_submission_loses_exactly_its_checks(lesson, submission):
+    """Does this submission fail exactly the checks its bank entry names, with the right words?"""
+    failed = failed_checks(lesson, submission)
+    assert set(failed) == set(submission.loses), "\n\n".join(f"{k}: {v}" for k, v in failed.items())
+    if submission.says:
+        assert any(submission.says in message for message in failed.values()), failed
+
+
+def test_every_lesson_has_a_bank():
+    """Is every lesson's grader graded by a bank of at least 10 known mistakes?"""
+    found = banks()
+    for lesson in course.lessons():
+        if lesson.startswith(("07_", "08_")):
+            continue  # GPU lessons: their banks run on a GPU (tests/test_gpu_lessons.py)
+        assert lesson in found, f"no bank for {lesson} in tests/banks/"
+        assert len(found[lesson].WRONG) >= 10, f"{lesson}: fewer than 10 known-wrong submissions"

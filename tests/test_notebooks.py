@@ -1,0 +1,51 @@
+"""Are the notebooks what the pipeline expects: runnable, well-formed, current, without outputs?"""
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from autograder import course
+from autograder.cli import notebooks_with_outputs
+from autograder.core import get_check
+from autograder.nbgrader_ext import parse_grade_cell
+
+LESSONS = course.lessons()
+CPU_LESSONS = [lesson for lesson in LESSONS if not lesson.startswith(("07_", "08_"))]
+
+
+def graded_cells(lesson):
+    nb = nbformat.read(course.source_notebook(lesson), as_version=4)
+    return [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
+            and not c.metadata["nbgrader"].get("solution")]
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_graded_cells_only_call_grade_and_points_match_the_registry(lesson):
+    """Is every graded test cell a pure grade() call whose points are the check's points?"""
+    cells = graded_cells(lesson)
+    assert cells, f"{lesson} has no graded cells"
+    for cell in cells:
+        calls = parse_grade_cell(cell.source)
+        assert calls, f"{lesson}: cell {cell.metadata.nbgrader.grade_id} is not only grade() calls"
+        assert len({c.check_id for c in calls}) == 1, "one check per cell"
+        check = get_check(calls[0].check_id)
+        assert cell.metadata.nbgrader.points == check.points, cell.metadata.nbgrader.grade_id
+
+
+@pytest.mark.parametrize("lesson", CPU_LESSONS)
+def test_solution_notebook_runs_top_to_bottom_with_every_check_passing(lesson):
+    """Does the instructor's notebook (hidden tests included) run without a single error?"""
+    path = course.source_notebook(lesson)
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            assert output.output_type != "error", f"{cell.source[:200]}\n{output.get('evalue')}"
+            assert not (output.output_type == "stream" and output.name == "stderr"), \
+                f"stderr output scores 0 under nbgrader:\n{cell.source[:200]}\n{output.text[:500]}"
+
+
+def test_student_notebooks_are_current_and_without_outputs():
+    """Is notebooks/ exactly what `make release` generates, and is no notebook committed with outputs?"""
+    assert course.stale_release() == []
+    assert notebooks_with_outputs() == []
