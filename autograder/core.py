@@ -32,7 +32,7 @@ class Check:
     title: str
     function: Callable[..., str | None]
     timeout_s: float = 120.0
-    memory_limit_gib: float = 4.0
+    memory_limit_gib: float | None = 4.0  # None: no address-space cap (GPU checks)
     needs_gpu: bool = False
 
 
@@ -60,7 +60,7 @@ _REGISTRY: dict[str, Check] = {}
 
 
 def check(check_id: str, *, points: float, title: str, timeout_s: float = 30.0,
-          memory_limit_gib: float = 4.0, needs_gpu: bool = False):
+          memory_limit_gib: float | None = 4.0, needs_gpu: bool = False):
     """Register a check function under ``check_id`` (``lessonNN.name``)."""
 
     def register(function):

@@ -15,7 +15,9 @@ import sys
 import tempfile
 
 
-def _cap_memory(gib: float) -> None:
+def _cap_memory(gib: float | None) -> None:
+    if not gib:  # GPU checks: a CUDA context reserves far more address space than it uses
+        return
     limit = int(gib * 2**30)
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
