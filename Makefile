@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 
 ## lab: start JupyterLab on the course (student notebooks in notebooks/)
 lab: $(VENV)/.installed
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 ## test: the whole test suite (what CI runs)
 test: $(VENV)/.installed
