@@ -158,3 +158,21 @@ def score_table(grades: list[CellGrade]) -> str:
     total, top = sum(g.score for g in grades), sum(g.max_score for g in grades)
     lines.append(f"{'ИТОГО':<{width}}  {total:g} / {top:g}")
     return "\n".join(lines)
+
+
+# --- grading many submissions (autograder/parallel.py) --------------------------------------
+
+#: Lessons whose checks need a CUDA GPU: graded on a GPU machine, merged into the class gradebook.
+GPU_LESSON_PREFIXES = ("07_", "08_")
+
+
+def is_gpu_lesson(lesson: str) -> bool:
+    return lesson.startswith(GPU_LESSON_PREFIXES)
+
+
+def write_submissions(course: Path, lesson: str, submissions: dict[str, nbformat.NotebookNode]) -> None:
+    """Put notebooks where ``nbgrader collect`` would: submitted/<student>/<lesson>/<lesson>.ipynb."""
+    for student, nb in submissions.items():
+        target = course / "submitted" / student / lesson
+        target.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, target / f"{lesson}.ipynb")

@@ -1,0 +1,483 @@
+"""Autograde a class at once: N worker processes grade, one process writes the class gradebook.
+
+``nbgrader autograde`` grades one submission after another, and its sqlite gradebook is not
+made for several writers.  The design here keeps nbgrader's own code for every step and gives
+the class gradebook exactly one writer:
+
+1. The main process lists the submissions to grade (``submitted/<student>/<lesson>/``; without
+   ``force`` it skips those already autograded, by nbgrader's own rule), holds a lock file so
+   that two runs never write the same course, and copies the class gradebook twice with
+   sqlite's backup API (a consistent copy even while someone reads it): ``gradebook.db.backup``
+   beside it, and a snapshot for the workers.
+2. Each worker process owns a scratch course: the config, the lessons' sources and its own copy
+   of the snapshot.  It grades one submission at a time with nbgrader's ``Autograde`` converter
+   (what ``nbgrader autograde LESSON --student ID --force`` runs) in that private gradebook.
+   Workers take submissions from one queue, so a hanging notebook holds up one worker only.
+3. The main process records each graded submission in the class course by running the same
+   converter there with the execution steps replaced by :class:`ReplayAutograded`, which hands
+   over the worker's executed notebook (after checking that its cells are the ones nbgrader
+   just sanitised).  nbgrader then does all it does after execution — SaveAutoGrades (scores
+   from the outputs through ``determine_grade``), late penalties, the ``autograded/`` copy — in
+   the class gradebook, one submission at a time.  The same outputs scored by the same code:
+   the scores are those of a serial run (tests/test_parallel.py checks it), and every merged
+   score is read back and compared with the worker's.
+
+The same merge records notebooks autograded on another machine (:func:`merge`): GPU lessons
+graded on a GPU machine, or a shard of the class graded elsewhere.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import copy
+import dataclasses
+import fcntl
+import multiprocessing
+import os
+import re
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+import warnings
+import zlib
+from pathlib import Path
+from typing import Iterable
+
+import nbformat
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.converters import Autograde
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.preprocessors import SaveAutoGrades
+from nbgrader.preprocessors.base import NbGraderPreprocessor
+from nbgrader.utils import capture_log
+from traitlets import Unicode
+from traitlets.config import Config
+
+from . import course as course_module
+
+DEFAULT_STRUCTURE = os.path.join("{nbgrader_step}", "{student_id}", "{assignment_id}")
+LOCK_NAME = ".course-autograde.lock"
+
+
+# --- the course on disk ---------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Submission:
+    lesson: str
+    student: str
+
+    def __str__(self) -> str:
+        return f"{self.student}/{self.lesson}"
+
+
+@dataclasses.dataclass
+class Course:
+    """An nbgrader course folder and its config (read as ``nbgrader`` reads it there)."""
+
+    root: Path
+    config: Config
+
+    def coursedir(self, **traits) -> CourseDirectory:
+        return CourseDirectory(config=copy.deepcopy(self.config), **traits)
+
+    def path(self, step: str, student: str, lesson: str) -> Path:
+        return Path(self.coursedir().format_path(step, student, lesson))
+
+    def submitted(self, sub: Submission) -> Path:
+        return self.path(self.coursedir().submitted_directory, sub.student, sub.lesson)
+
+    def autograded(self, sub: Submission) -> Path:
+        return self.path(self.coursedir().autograded_directory, sub.student, sub.lesson)
+
+    def source(self, lesson: str) -> Path:
+        return self.path(self.coursedir().source_directory, ".", lesson)
+
+    @property
+    def db_path(self) -> Path:
+        return Path(self.coursedir().db_url[len("sqlite:///"):])
+
+    def lessons(self) -> list[str]:
+        """Assignments known to the gradebook (``nbgrader generate_assignment`` was run)."""
+        if not self.db_path.exists():
+            return []
+        with _quiet(), Gradebook(self.coursedir().db_url) as gradebook:
+            return sorted(a.name for a in gradebook.assignments)
+
+
+def load_course(folder: Path | str) -> Course:
+    """The course in ``folder`` with its nbgrader config; sqlite paths made absolute."""
+    from nbgrader.apps.nbgraderapp import NbGraderApp
+
+    folder = Path(folder).resolve()
+    if not (folder / "nbgrader_config.py").exists():
+        raise ValueError(f"В {folder} нет nbgrader_config.py: укажите папку курса (--course).")
+    app = NbGraderApp()
+    with _cwd(folder), _quiet():
+        app.load_config_file()
+    config = copy.deepcopy(app.config)
+    if "AutogradeApp" in config:  # nbgrader's legacy name, merged as AutogradeApp does
+        config.Autograde.merge(config.AutogradeApp)
+    root = folder / config.CourseDirectory.get("root", ".")
+    config.CourseDirectory.root = str(root.resolve())
+    db_url = CourseDirectory(config=config).db_url
+    if not db_url.startswith("sqlite:///"):
+        raise ValueError(f"Параллельная автопроверка работает с sqlite-gradebook, а не с {db_url}.")
+    config.CourseDirectory.db_url = "sqlite:///" + str(root.resolve() / db_url[len("sqlite:///"):])
+    if CourseDirectory(config=config).directory_structure != DEFAULT_STRUCTURE:
+        raise ValueError("Нужна стандартная CourseDirectory.directory_structure nbgrader.")
+    return Course(root.resolve(), config)
+
+
+def select_lessons(known: Iterable[str], named: Iterable[str] = (), *, only_gpu: bool = False,
+                   skip_gpu: bool = False) -> list[str]:
+    """The lessons to grade: ``named`` (or all ``known``), then only or without the GPU ones."""
+    known, named = sorted(known), list(named)
+    unknown = [lesson for lesson in named if lesson not in known]
+    if unknown:
+        raise ValueError(f"Нет в gradebook: {', '.join(unknown)} (сначала nbgrader generate_assignment); "
+                         f"есть: {', '.join(known) or 'ничего'}.")
+    chosen = named or known
+    if only_gpu:
+        chosen = [lesson for lesson in chosen if course_module.is_gpu_lesson(lesson)]
+    if skip_gpu:
+        chosen = [lesson for lesson in chosen if not course_module.is_gpu_lesson(lesson)]
+    return chosen
+
+
+def find_submissions(course: Course, lessons: Iterable[str], students: Iterable[str] = ()) -> list[Submission]:
+    """Every ``submitted/<student>/<lesson>/`` holding a notebook, sorted."""
+    wanted = set(students)
+    submitted = course.path(course.coursedir().submitted_directory, ".", ".")
+    found = []
+    for lesson in lessons:
+        for folder in submitted.glob(f"*/{lesson}"):
+            student = folder.parent.name
+            if any(folder.glob("*.ipynb")) and (not wanted or student in wanted):
+                found.append(Submission(lesson, student))
+    return sorted(found, key=lambda s: (s.lesson, s.student))
+
+
+def shard(submissions: list[Submission], index: int, count: int) -> list[Submission]:
+    """Shard ``index`` of ``count`` (1-based): the same split on every machine (crc32, not hash())."""
+    if not 1 <= index <= count:
+        raise ValueError(f"Шард {index}/{count}: номер должен быть от 1 до {count}.")
+    return [s for s in submissions if zlib.crc32(str(s).encode()) % count == index - 1]
+
+
+def pending(course: Course, submissions: list[Submission], force: bool = False) -> list[Submission]:
+    """Those nbgrader itself would grade: not yet autograded, or submitted again since (or all)."""
+    if force:
+        return list(submissions)
+    coursedir = course.coursedir()
+    todo = []
+    for sub in submissions:
+        done = course.autograded(sub)
+        notebooks = [p.name for p in course.submitted(sub).glob("*.ipynb")]
+        if not all((done / name).exists() for name in notebooks):
+            todo.append(sub)
+            continue
+        new = coursedir.get_existing_timestamp(str(course.submitted(sub)))
+        old = coursedir.get_existing_timestamp(str(done))
+        if new is not None and old is not None and new > old:
+            todo.append(sub)
+    return todo
+
+
+def backup_sqlite(source: Path, target: Path) -> None:
+    """A consistent copy of a sqlite database (the backup API waits out writers)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(source)) as src, \
+            contextlib.closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)
+
+
+# --- recording notebooks autograded elsewhere -----------------------------------------------
+
+class ReplayAutograded(NbGraderPreprocessor):
+    """Stands in for nbgrader's execution steps: the notebook as another course executed it."""
+
+    directory = Unicode("", help="An autograded/ folder: <student>/<assignment>/<notebook>.ipynb, "
+                                 "written by `nbgrader autograde` in another copy of the course.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        path = Path(self.directory) / info["student"] / info["assignment"] / f"{info['notebook']}.ipynb"
+        if not path.exists():
+            raise FileNotFoundError(f"нет проверенного ноутбука {path}")
+        graded = nbformat.read(path, as_version=nbformat.NO_CONVERT)
+        difference = first_difference(nb, graded)
+        if difference:
+            raise ValueError(f"{path} проверен не по этой сданной работе: {difference}")
+        return graded, resources
+
+
+def first_difference(sanitised, graded) -> str | None:
+    """Where an executed notebook's cells differ from the sanitised submission (None: same)."""
+    if len(sanitised.cells) != len(graded.cells):
+        return f"в нём {len(graded.cells)} ячеек вместо {len(sanitised.cells)}"
+    for index, (mine, theirs) in enumerate(zip(sanitised.cells, graded.cells)):
+        ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in (mine, theirs)]
+        if mine.cell_type != theirs.cell_type or mine.source != theirs.source or ids[0] != ids[1]:
+            return f"отличается ячейка {index} ({ids[0] or mine.cell_type})"
+    return None
+
+
+def replay_config(course: Course, directory: Path) -> Config:
+    """The course's config with the steps before SaveAutoGrades replaced by the replay."""
+    config = copy.deepcopy(course.config)
+    steps = list(config.Autograde.get("autograde_preprocessors")
+                 or Autograde.class_traits()["autograde_preprocessors"].default())
+    names = [s if isinstance(s, str) else f"{s.__module__}.{s.__name__}" for s in steps]
+    saving = [i for i, (s, n) in enumerate(zip(steps, names))
+              if (isinstance(s, type) and issubclass(s, SaveAutoGrades)) or n.endswith(".SaveAutoGrades")]
+    if not saving:
+        raise ValueError("Autograde.autograde_preprocessors has no SaveAutoGrades: nothing records grades")
+    config.Autograde.autograde_preprocessors = [ReplayAutograded] + steps[saving[0]:]
+    config.ReplayAutograded.directory = str(directory)
+    return config
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """One submission's result: scores per (notebook, cell) when recorded, else the error."""
+
+    submission: Submission
+    scores: dict[tuple[str, str], float] | None
+    error: str = ""
+    log: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.scores is not None and not self.error
+
+
+def run_autograde(config: Config, sub: Submission) -> dict:
+    """nbgrader's Autograde converter for one submission, in-process: {success, log, error}."""
+    coursedir = CourseDirectory(config=config, assignment_id=sub.lesson, student_id=sub.student)
+    converter = Autograde(coursedir=coursedir, config=config)
+    converter.force = True
+    converter.create_student = True
+    with _quiet():
+        return capture_log(converter)
+
+
+def auto_scores(db_url: str, sub: Submission) -> dict[tuple[str, str], float]:
+    """(notebook, cell) -> auto_score of a submission, from a gradebook."""
+    with _quiet(), Gradebook(db_url) as gradebook:
+        submission = gradebook.find_submission(sub.lesson, sub.student)
+        return {(nb.name, g.name): g.auto_score for nb in submission.notebooks for g in nb.grades}
+
+
+def record(course: Course, sub: Submission, directory: Path,
+           expected: dict[tuple[str, str], float] | None = None) -> Outcome:
+    """Record one submission autograded in ``directory`` into the class gradebook (one writer)."""
+    done = run_autograde(replay_config(course, directory), sub)
+    log = done.get("log", "")
+    if not done["success"]:
+        return Outcome(sub, None, _last_error(done), log)
+    scores = auto_scores(course.coursedir().db_url, sub)
+    if expected is not None and scores != expected:
+        return Outcome(sub, scores, f"в gradebook записано {scores}, проверка дала {expected}", log)
+    return Outcome(sub, scores, "", log)
+
+
+def _last_error(done: dict) -> str:
+    """The most telling line of a failed nbgrader run: the exception raised inside it."""
+    lines = [line.strip() for line in (done.get("log", "") + "\n" + done.get("error", "")).splitlines()]
+    lines = [line for line in lines if line]
+    raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)
+              and "NbGraderException" not in line]
+    errors = [line for line in lines if "[ERROR]" in line]
+    return (raised or errors or lines or ["неизвестная ошибка nbgrader"])[-1][:500]
+
+
+# --- the workers ----------------------------------------------------------------------------
+
+_WORKER: dict = {}
+
+
+def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus) -> None:
+    """Worker process: its own scratch course with a private copy of the gradebook snapshot."""
+    _use_nbgrader_env()
+    if gpus is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get())
+    course = load_course(class_root)
+    home = Path(scratch) / f"worker-{os.getpid()}"
+    home.mkdir(parents=True)
+    log = open(home / "nbgrader.log", "ab", buffering=0)
+    os.dup2(log.fileno(), 1)  # nbgrader's log and the kernels' chatter, not the progress bar
+    os.dup2(log.fileno(), 2)
+    config = copy.deepcopy(course.config)
+    config.CourseDirectory.root = str(home)
+    config.CourseDirectory.db_url = f"sqlite:///{home / 'gradebook.db'}"
+    mine = Course(home, config)
+    shutil.copy(Path(scratch) / "gradebook.snapshot.db", home / "gradebook.db")
+    for lesson in lessons:
+        shutil.copytree(course.source(lesson), mine.source(lesson), dirs_exist_ok=True)
+    _WORKER.update(course=course, mine=mine, log=str(home / "nbgrader.log"))
+
+
+def _grade(sub: Submission) -> tuple[Submission, str, dict | None, str]:
+    """Worker: autograde one submission in the scratch course; (sub, folder, scores, error)."""
+    course, mine = _WORKER["course"], _WORKER["mine"]
+    target = mine.submitted(sub)
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(course.submitted(sub), target)
+    done = run_autograde(mine.config, sub)
+    shutil.rmtree(target, ignore_errors=True)
+    folder = str(mine.autograded(sub).parent.parent)
+    if not done["success"]:
+        return sub, folder, None, f"{_last_error(done)} (журнал: {_WORKER['log']})"
+    return sub, folder, auto_scores(mine.coursedir().db_url, sub), ""
+
+
+@dataclasses.dataclass
+class Summary:
+    outcomes: list[Outcome]
+    skipped: int
+    seconds: float
+    workers: int
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+    def text(self) -> str:
+        done = len(self.outcomes) - len(self.failed)
+        lines = [f"Проверено и записано в gradebook: {done} из {len(self.outcomes)} "
+                 f"за {self.seconds:.0f} с ({self.workers} проц.); уже проверенных пропущено: {self.skipped}."]
+        lines += [f"  ОШИБКА {o.submission}: {o.error}" for o in self.failed]
+        return "\n".join(lines)
+
+
+def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int | None = None,
+              force: bool = False, students: Iterable[str] = (), only_gpu: bool = False,
+              skip_gpu: bool = False, shard_of: tuple[int, int] | None = None,
+              gpus: list[str] | None = None, progress: bool = True) -> Summary:
+    """Autograde the chosen submissions of the course in ``folder`` with ``workers`` processes."""
+    started = time.monotonic()
+    _use_nbgrader_env()
+    course = load_course(folder)
+    chosen = select_lessons(course.lessons(), lessons, only_gpu=only_gpu, skip_gpu=skip_gpu)
+    submissions = find_submissions(course, chosen, students)
+    if shard_of:
+        submissions = shard(submissions, *shard_of)
+    todo = pending(course, submissions, force)
+    workers = max(1, min(workers or len(gpus or []) or _cpus(), len(todo) or 1))
+    outcomes: list[Outcome] = []
+    with _course_lock(course), tempfile.TemporaryDirectory(prefix="course-autograde-") as scratch:
+        if todo:
+            backup_sqlite(course.db_path, course.db_path.with_name(course.db_path.name + ".backup"))
+            backup_sqlite(course.db_path, Path(scratch) / "gradebook.snapshot.db")
+            context = multiprocessing.get_context("spawn")
+            queue = None
+            if gpus:
+                queue = context.Queue()
+                for index in range(workers):
+                    queue.put(gpus[index % len(gpus)])
+            bar = _bar(len(todo), f"Автопроверка, {workers} проц.", progress)
+            with bar, concurrent.futures.ProcessPoolExecutor(
+                    workers, mp_context=context, initializer=_start_worker,
+                    initargs=(str(course.root), scratch, sorted({s.lesson for s in todo}), queue)) as pool:
+                futures = [pool.submit(_grade, sub) for sub in todo]
+                for future in concurrent.futures.as_completed(futures):
+                    outcome = _record_graded(course, *future.result())
+                    outcomes.append(outcome)
+                    bar.update(1)
+                    if not outcome.ok:
+                        bar.set_postfix_str(f"ошибок: {sum(not o.ok for o in outcomes)}")
+    outcomes.sort(key=lambda o: (o.submission.lesson, o.submission.student))
+    return Summary(outcomes, len(submissions) - len(todo), time.monotonic() - started, workers)
+
+
+def _record_graded(course: Course, sub: Submission, folder: str, scores, error: str) -> Outcome:
+    if scores is None:
+        return Outcome(sub, None, error)
+    outcome = record(course, sub, Path(folder), expected=scores)
+    shutil.rmtree(Path(folder) / sub.student / sub.lesson, ignore_errors=True)
+    return outcome
+
+
+def merge(folder: Path | str, autograded: Path | str, lessons: Iterable[str] = (), *,
+          only_gpu: bool = False, skip_gpu: bool = False, progress: bool = True) -> Summary:
+    """Record notebooks autograded on another machine (its ``autograded/`` folder) here."""
+    started = time.monotonic()
+    _use_nbgrader_env()
+    course = load_course(folder)
+    autograded = Path(autograded).resolve()
+    chosen = select_lessons(course.lessons(), lessons, only_gpu=only_gpu, skip_gpu=skip_gpu)
+    found = sorted((Submission(p.parent.name, p.parent.parent.name)
+                    for lesson in chosen for p in autograded.glob(f"*/{lesson}/*.ipynb")),
+                   key=lambda s: (s.lesson, s.student))
+    found = list(dict.fromkeys(found))
+    outcomes = []
+    with _course_lock(course):
+        if found:
+            backup_sqlite(course.db_path, course.db_path.with_name(course.db_path.name + ".backup"))
+        with _bar(len(found), "Запись в gradebook", progress) as bar:
+            for sub in found:
+                if not course.submitted(sub).is_dir():
+                    outcomes.append(Outcome(sub, None, f"нет сданной работы {course.submitted(sub)}"))
+                else:
+                    outcomes.append(record(course, sub, autograded))
+                bar.update(1)
+    return Summary(outcomes, 0, time.monotonic() - started, 1)
+
+
+# --- plumbing -------------------------------------------------------------------------------
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _use_nbgrader_env() -> None:
+    """nbgrader shells out to alembic: this interpreter's bin first on PATH."""
+    bin_dir = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+
+
+@contextlib.contextmanager
+def _course_lock(course: Course):
+    """One writer per course: a second run waits for nothing, it stops with a message."""
+    with open(course.root / LOCK_NAME, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"В {course.root} уже идёт автопроверка или запись в gradebook "
+                               f"(занят {LOCK_NAME}); дождитесь её конца.") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _cwd(folder: Path):
+    previous = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """nbgrader's sqlalchemy warnings are about nbgrader's own session use, not ours."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _bar(total: int, description: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=description, unit=" раб.", disable=not enabled or not total,
+                dynamic_ncols=True)
