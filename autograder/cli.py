@@ -3,6 +3,9 @@
     course release                 regenerate notebooks/ from solutions/ (nbgrader)
     course check-release           fail when notebooks/ is stale or a notebook carries outputs
     course grade NOTEBOOK          self-study: grade one notebook with the full hidden tests
+    course autograde [LESSON ...]  instructor: autograde submitted/ with N processes, one gradebook writer
+    course merge FOLDER [LESSON ...]   record an autograded/ folder from another machine
+    course report [LESSON ...]     instructor: the class report (one HTML page)
 """
 from __future__ import annotations
 
@@ -59,6 +62,52 @@ def cmd_grade(args) -> int:
     return 0
 
 
+def _selection(parser) -> None:
+    parser.add_argument("lesson", nargs="*", help="уроки (по умолчанию все из gradebook)")
+    gpu = parser.add_mutually_exclusive_group()
+    gpu.add_argument("--only-gpu", action="store_true", help="только GPU-уроки (07_, 08_)")
+    gpu.add_argument("--skip-gpu", action="store_true", help="все уроки, кроме GPU-уроков")
+    parser.add_argument("--course", default=".", help="папка курса nbgrader (по умолчанию текущая)")
+
+
+def _shard(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    try:
+        return int(index), int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError("шард пишется как K/M, например 2/3") from None
+
+
+def _summary_exit(summary) -> int:
+    print(summary.text())
+    return 1 if summary.failed else 0
+
+
+def cmd_autograde(args) -> int:
+    from . import parallel
+
+    gpus = args.gpus.split(",") if args.gpus else None
+    return _summary_exit(parallel.autograde(
+        args.course, args.lesson, workers=args.workers, force=args.force, students=args.student,
+        only_gpu=args.only_gpu, skip_gpu=args.skip_gpu, shard_of=args.shard, gpus=gpus))
+
+
+def cmd_merge(args) -> int:
+    from . import parallel
+
+    return _summary_exit(parallel.merge(args.course, args.folder, args.lesson,
+                                        only_gpu=args.only_gpu, skip_gpu=args.skip_gpu))
+
+
+def cmd_report(args) -> int:
+    from . import report
+
+    out = report.write_report(args.course, args.out, args.lesson, only_gpu=args.only_gpu,
+                              skip_gpu=args.skip_gpu)
+    print(f"Отчёт: {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -72,8 +121,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("notebook")
     p.add_argument("--lesson", help="lesson id when the file name differs")
     p.set_defaults(run=cmd_grade)
+    p = sub.add_parser("autograde", help="autograde all submissions with N processes and a progress bar")
+    _selection(p)
+    p.add_argument("--workers", type=int, help="процессов (по умолчанию — число ядер)")
+    p.add_argument("--force", action="store_true", help="перепроверить и уже проверенные работы")
+    p.add_argument("--student", action="append", default=[], help="только этот студент (можно повторять)")
+    p.add_argument("--shard", type=_shard, help="K/M: только K-я из M частей работ (для нескольких машин)")
+    p.add_argument("--gpus", help="номера GPU через запятую: каждому процессу свой GPU")
+    p.set_defaults(run=cmd_autograde)
+    p = sub.add_parser("merge", help="record notebooks autograded on another machine")
+    p.add_argument("folder", help="папка autograded/ с другой машины")
+    _selection(p)
+    p.set_defaults(run=cmd_merge)
+    p = sub.add_parser("report", help="the class report: one HTML page")
+    _selection(p)
+    p.add_argument("--out", default="class_report.html", help="куда записать HTML")
+    p.set_defaults(run=cmd_report)
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except (ValueError, RuntimeError) as error:
+        print(f"Ошибка: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

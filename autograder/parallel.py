@@ -345,6 +345,9 @@ class Summary:
         return [o for o in self.outcomes if not o.ok]
 
     def text(self) -> str:
+        if not self.outcomes:
+            return (f"Нечего записывать: новых работ нет (уже проверено: {self.skipped}; "
+                    "перепроверить все — --force).")
         done = len(self.outcomes) - len(self.failed)
         lines = [f"Проверено и записано в gradebook: {done} из {len(self.outcomes)} "
                  f"за {self.seconds:.0f} с ({self.workers} проц.); уже проверенных пропущено: {self.skipped}."]
