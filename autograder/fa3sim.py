@@ -330,7 +330,8 @@ def simulate(programs: Sequence[Sequence], params: Params) -> Trace:
     clock.run()
     if clock.blocked:
         stuck = "; ".join(f"{name} ждёт {signal}" for name, signal in sorted(clock.blocked.items()))
-        raise ScheduleError(f"взаимная блокировка (deadlock): {stuck}")
+        raise ScheduleError(f"взаимная блокировка (deadlock): {stuck}. Если ждут загрузку, а producer — "
+                            "свободную ячейку, кольцу не хватает ячеек для этой программы")
     events.sort(key=lambda e: (e.start, e.end, e.unit, e.warpgroup, e.tile))
     return Trace(tuple(events), params, n_wg)
 
@@ -374,7 +375,8 @@ def plot_gantt(events: Iterable[Event], *, ax=None, title: str | None = None,
     else:
         fig = ax.figure
     order = {"TMA (producer)": 0, "тензорные ядра": 1}
-    lanes = sorted({lane(e) for e in events}, key=lambda name: (order.get(name, 2), name))
+    first_seen = list(dict.fromkeys(lane(e) for e in events))
+    lanes = sorted(first_seen, key=lambda name: (order.get(name, 2), first_seen.index(name)))
     row = {name: i for i, name in enumerate(lanes)}
     multi = len({e.warpgroup for e in events}) > 1
     span = max((e.end for e in events), default=1.0) - min((e.start for e in events), default=0.0)
@@ -394,7 +396,7 @@ def plot_gantt(events: Iterable[Event], *, ax=None, title: str | None = None,
         ax.set_title(title, fontsize=10)
     kinds = [k for k in COLOURS if any(e.kind == k for e in events)]
     ax.legend(handles=[Patch(color=COLOURS[k], label=LABELS[k]) for k in kinds], fontsize=7,
-              loc="upper right", ncol=len(kinds), framealpha=0.8)
+              loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
