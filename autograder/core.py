@@ -141,9 +141,13 @@ def call_student(function: Any, *args, case: str, what: str = "функция", 
     except BaseException as error:  # SystemExit and KeyboardInterrupt too: they are the student's
         frames = traceback.extract_tb(error.__traceback__)[1:]
         where = "".join(traceback.format_list(frames[-3:])) if frames else ""
+        try:
+            name, text = guard.describe(error)  # its __str__ is student code
+        except guard.Tampering as tampering:
+            raise CheckFailed(f"Нарушение правил проверки на случае {case}: {tampering}.") from None
         raise CheckFailed(shorten(
             f"{what} выбросила исключение на случае {case}:\n"
-            f"{type(error).__name__}: {shorten(str(error), 500)}\n{where}")) from None
+            f"{name}: {shorten(text, 500)}\n{where}")) from None
 
 
 # --- comparing arrays ------------------------------------------------------------------------

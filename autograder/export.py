@@ -11,6 +11,10 @@ import json
 from .core import shorten
 from .isolation import PayloadError, pack_one
 
+#: A graded object (a function, with what it references) larger than this is not sent: a
+#: closure over a huge array would otherwise cost the grader that much memory per check.
+MAX_PAYLOAD_MIB = 256
+
 
 def dump(path: str, names: list[str], namespace: dict) -> None:
     exported = {}
@@ -19,8 +23,16 @@ def dump(path: str, names: list[str], namespace: dict) -> None:
             exported[name] = {"error": f"В ноутбуке не определено имя `{name}`: выполните ячейку с решением."}
             continue
         try:
-            exported[name] = {"payload": base64.b64encode(pack_one(namespace[name])).decode("ascii")}
+            blob = pack_one(namespace[name])
         except PayloadError as error:
             exported[name] = {"error": shorten(str(error), 500)}
+            continue
+        if len(blob) > MAX_PAYLOAD_MIB * 2**20:
+            exported[name] = {"error": f"`{name}` вместе со всем, на что ссылается, занимает "
+                                       f"{len(blob) / 2**20:.0f} МиБ (допустимо {MAX_PAYLOAD_MIB} МиБ): "
+                                       "не держите большие массивы в глобальных переменных, "
+                                       "которые использует функция."}
+            continue
+        exported[name] = {"payload": base64.b64encode(blob).decode("ascii")}
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(exported, handle)

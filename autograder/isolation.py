@@ -5,6 +5,9 @@ which imports the check before it unpickles anything, caps its address space and
 check.  A hang is killed after the check's timeout, a memory bomb hits the cap and raises
 MemoryError, and ``os._exit`` or a segfault ends only the worker: every case becomes a failed
 check with a Russian message, never a dead kernel or a stalled autograde.
+
+The worker's output goes to files, not pipes (a student printing gigabytes cannot fill the
+grader's memory), and only a reply line that starts with this run's nonce is believed.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import hashlib
 import json
 import os
 import pickle
+import secrets
 import signal
 import subprocess
 import sys
@@ -49,12 +53,20 @@ def pack(objects: list) -> list[bytes]:
 
 
 def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
-              *, timeout_s: float | None = None) -> CheckResult:
-    """Run ``check_id`` on the packed objects (one blob each) in a worker; return its result."""
+              *, timeout_s: float | None = None, secret_dirs: tuple[str, ...] = (),
+              write_protected: tuple[str, ...] = ()) -> CheckResult:
+    """Run ``check_id`` on the packed objects (one blob each) in a worker; return its result.
+
+    ``secret_dirs`` (never readable by student code) and ``write_protected`` (never writable)
+    add to the guard's defaults: this repository's solutions/, the package, the environment.
+    """
     check = get_check(check_id)
     timeout = check.timeout_s if timeout_s is None else timeout_s
+    nonce = secrets.token_hex(16)
     request = pickle.dumps({"check_id": check_id, "cases": cases, "payloads": list(payloads),
-                            "memory_limit_gib": check.memory_limit_gib})
+                            "memory_limit_gib": check.memory_limit_gib, "nonce": nonce,
+                            "secret_dirs": tuple(secret_dirs),
+                            "write_protected": tuple(write_protected)})
 
     def failed(message: str) -> CheckResult:
         return CheckResult(check_id, check.title, check.points, False, message)
@@ -64,23 +76,36 @@ def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
         return failed(f"Проверка не запускалась: эта же функция уже не завершилась за {_HUNG[digest]:g} с "
                       "на предыдущей проверке (бесконечный цикл?).")
     env = {**os.environ, **WORKER_ENV}
-    with tempfile.TemporaryDirectory(prefix="autograder-") as workdir:
-        process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "autograder.worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env=env,
-            start_new_session=True)  # its own process group: a timeout kills the children too
+    with tempfile.TemporaryDirectory(prefix="autograder-") as workdir, \
+            tempfile.TemporaryDirectory(prefix="autograder-out-") as outdir:
+        out_path, err_path = os.path.join(outdir, "reply"), os.path.join(outdir, "stderr")
+        with open(out_path, "ab") as out, open(err_path, "ab") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-m", "autograder.worker"], stdin=subprocess.PIPE,
+                stdout=out, stderr=err, cwd=workdir, env=env,
+                start_new_session=True)  # its own process group: a timeout kills the children too
         try:
-            out, err = process.communicate(request, timeout=timeout)
+            process.communicate(request, timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(process)
-            process.communicate()
+            process.wait()
             _HUNG[digest] = timeout
             return failed(f"Проверка прервана: функция не завершилась за {timeout:g} с. "
                           "Вероятно, бесконечный цикл или слишком медленный алгоритм "
                           "(например, цикл по элементам вместо операций над блоками).")
+        except BrokenPipeError:  # the worker died before it read the request
+            process.wait()
         finally:
             _kill_group(process)  # whatever the student's code left running
-    return _parse_reply(check, process.returncode, out, err)
+        return _parse_reply(check, process.returncode, nonce, _tail(out_path), _tail(err_path))
+
+
+def _tail(path: str, limit: int = 64 * 1024) -> bytes:
+    """The last ``limit`` bytes of a worker's output file (the reply is written last)."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, handle.tell() - limit))
+        return handle.read()
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -90,12 +115,13 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
-def _parse_reply(check, returncode: int, out: bytes, err: bytes) -> CheckResult:
-    lines = out.decode("utf-8", "replace").strip().splitlines()
-    if returncode == 0 and lines:
+def _parse_reply(check, returncode: int, nonce: str, out: bytes, err: bytes) -> CheckResult:
+    marker = nonce.encode("ascii") + b" "
+    replies = [line[len(marker):] for line in out.splitlines() if line.startswith(marker)]
+    if returncode == 0 and replies:
         try:
-            reply = json.loads(lines[-1])
-            return CheckResult(check.id, check.title, check.points, bool(reply["passed"]),
+            reply = json.loads(replies[-1].decode("ascii"))
+            return CheckResult(check.id, check.title, check.points, reply["passed"] is True,
                                str(reply["message"]), reply.get("mistake"))
         except (ValueError, KeyError, TypeError):
             pass

@@ -7,19 +7,32 @@ asks the kernel only to serialise the named objects, runs each check in a worker
 the grader's own process (:mod:`autograder.isolation`) and writes the verdict as the cell's
 outputs.  Whatever the student's cells did to the kernel — redefined ``grade``, patched numpy
 or tracemalloc, silenced tracebacks — cannot reach the score.  Other cells run as usual.
+
+The student's kernel is hardened too (:func:`autograder.guard.install_kernel` runs first in
+every kernel): its address space is capped, so a memory bomb is a MemoryError, and it may not
+read the instructor's notebooks or write into the course.  A cell that kills the kernel
+(``os._exit``, a segfault, the OOM killer) or hangs without answering the interrupt does not
+cost the notebook: the kernel is restarted, the cells that had run are run again (the culprit
+skipped), the cell gets an error that says what happened, and grading carries on.  nbgrader
+0.9.6 as it comes scores such a notebook 0 in every cell.
 """
 from __future__ import annotations
 
 import ast
 import base64
+import contextlib
+import copy
 import dataclasses
 import json
 import os
 import tempfile
 
+from jupyter_client.utils import ensure_async
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
+from traitlets import Float, Integer
 
 from .core import CheckResult, get_check, shorten
 from .isolation import run_check
@@ -67,6 +80,21 @@ _autograder_export.dump({path!r}, {names!r}, globals())
 del _autograder_export
 """
 
+KERNEL_SETUP_CODE = """\
+import autograder.guard as _autograder_guard
+_autograder_guard.install_kernel(memory_gib={memory!r}, secret_dirs={secret!r}, write_protected={protected!r})
+del _autograder_guard
+"""
+
+#: The export file is written by the student's kernel: never read more than this.
+MAX_EXPORT_BYTES = 512 * 2**20
+
+KERNEL_DIED = ("Ядро Python завершилось во время этой ячейки (os._exit, segfault или нехватка памяти). "
+               "Проверка перезапустила ядро, заново выполнила предыдущие ячейки (без этой) "
+               "и продолжила со следующей.")
+KERNEL_STUCK = ("Ячейка не завершилась за {timeout} с и не ответила на прерывание. Проверка перезапустила "
+                "ядро, заново выполнила предыдущие ячейки (без этой) и продолжила со следующей.")
+
 
 def verdict_outputs(results: list[CheckResult]) -> list[NotebookNode]:
     """The cell outputs nbgrader scores: a stdout report and the points, or an error."""
@@ -88,16 +116,60 @@ def verdict_outputs(results: list[CheckResult]) -> list[NotebookNode]:
     return outputs
 
 
+def error_output(ename: str, message: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
+
+
 class IsolatedExecute(Execute):
-    """Execute that grades this course's test cells from the grader's process."""
+    """Execute that grades this course's test cells from the grader's process and survives a
+    student's cell killing or wedging the kernel."""
+
+    kernel_memory_limit_gib = Float(
+        8.0, allow_none=True,
+        help="Address-space cap of the student's kernel, GiB: a larger allocation raises "
+             "MemoryError. None: no cap. Lessons whose checks declare no cap (GPU) get none."
+    ).tag(config=True)
+
+    check_timeout = Float(
+        None, allow_none=True,
+        help="Upper bound on every check's own timeout, seconds (None: each check's timeout)."
+    ).tag(config=True)
+
+    max_kernel_restarts = Integer(
+        10, help="Restarts of a dead or stuck kernel per notebook; after that the cells that "
+                 "had run are no longer replayed into the new kernel."
+    ).tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        self._completed = []  # indices of cells that ran to the end: replayed after a restart
+        self._restarts = 0
+        self._timed_out = False
+        root = os.path.abspath(os.getcwd())  # nbgrader runs from the course root
+        source = self.config.CourseDirectory.get("source_directory", "source")
+        self._secret_dirs = (os.path.join(root, source),)
+        self._write_protected = (root,)
+        calls = [c for cell in nb.cells if _is_test_cell(cell) for c in parse_grade_cell(cell.source) or []]
+        uncapped = any(get_check(c.check_id).memory_limit_gib is None for c in calls)
+        self._kernel_memory = None if uncapped else self.kernel_memory_limit_gib
+        return super().preprocess(nb, resources, km)
+
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        code = KERNEL_SETUP_CODE.format(memory=self._kernel_memory, secret=self._secret_dirs,
+                                        protected=self._write_protected)
+        reply = await self.async_wait_for_reply(kc.execute(code, silent=True, store_history=False))
+        if not reply or reply["content"]["status"] != "ok":
+            self.log.error("autograder: could not harden the kernel: %s", reply and reply["content"])
+        return kc
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        self._timed_out = True
+        return await super()._async_handle_timeout(timeout, cell)
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
-        grade_meta = cell.metadata.get("nbgrader", {})
-        calls = None
-        if cell.cell_type == "code" and grade_meta.get("grade") and not grade_meta.get("solution"):
-            calls = parse_grade_cell(cell.source)
+        calls = parse_grade_cell(cell.source) if _is_test_cell(cell) else None
         if calls is None:
-            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+            return await self._execute_or_recover(cell, cell_index, execution_count, store_history)
 
         names = sorted({n for call in calls for n in call.names})
         with tempfile.TemporaryDirectory(prefix="autograder-export-") as folder:
@@ -105,43 +177,113 @@ class IsolatedExecute(Execute):
             source = cell.source
             cell.source = EXPORT_CODE.format(path=path, names=names)
             try:
-                await super().async_execute_cell(cell, cell_index, execution_count, store_history=False)
+                await self._execute_or_recover(cell, cell_index, execution_count, store_history=False,
+                                               remember=False)
             finally:
                 cell.source = source
             exported = _read_export(path)
-        cell.outputs = verdict_outputs([_run(call, exported) for call in calls])
+        cell.outputs = verdict_outputs([self._run(call, exported) for call in calls])
         return cell
 
-    # nbclient binds its sync wrapper to the base class's coroutine: rebind it to ours.
+    # nbclient binds its sync wrappers to the base class's coroutines: rebind them to ours.
     execute_cell = run_sync(async_execute_cell)
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    async def _execute_or_recover(self, cell, cell_index, execution_count=None, store_history=True,
+                                  remember=True):
+        """Run a cell; if the kernel dies or wedges, restart it and replay what had run."""
+        self._timed_out = False
+        try:
+            await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except (DeadKernelError, CellTimeoutError) as error:
+            died = isinstance(error, DeadKernelError)
+            message = KERNEL_DIED if died else KERNEL_STUCK.format(timeout=self.timeout)
+            self.log.warning("autograder: cell %d %s; restarting the kernel", cell_index,
+                             "killed the kernel" if died else "did not answer the interrupt")
+            cell.outputs.append(error_output("DeadKernelError" if died else "CellTimeoutError", message))
+            await self._restart_and_replay()
+            return cell
+        if remember and not self._timed_out and cell.cell_type == "code" and cell.source.strip():
+            self._completed.append(cell_index)
+        return cell
+
+    async def _restart_and_replay(self) -> None:
+        """A fresh kernel with the state the completed cells built (a cell that fails on replay
+        is left out and the replay starts over)."""
+        while True:
+            self._restarts += 1
+            await self._restart_kernel()
+            if self._restarts > self.max_kernel_restarts:
+                self.log.warning("autograder: %d kernel restarts, no more replays", self._restarts)
+                return
+            failed = await self._replay()
+            if failed is None:
+                return
+            self.log.warning("autograder: replaying cell %d failed; it is left out", failed)
+            self._completed.remove(failed)
+
+    async def _replay(self) -> int | None:
+        """Run the completed cells again, outputs discarded; the index of one that fails."""
+        for index in list(self._completed):
+            self._timed_out = False
+            try:
+                await super().async_execute_cell(copy.deepcopy(self.nb.cells[index]), index,
+                                                  store_history=False)
+            except (DeadKernelError, CellTimeoutError):
+                return index
+            if self._timed_out:
+                return index
+        return None
+
+    async def _restart_kernel(self) -> None:
+        """Kill the kernel (dead or wedged) and start a fresh, hardened one."""
+        km, kc = self.km, self.kc
+        with contextlib.suppress(Exception):
+            await ensure_async(km.shutdown_kernel(now=True))
+        with contextlib.suppress(Exception):
+            await ensure_async(km.cleanup_resources())
+        with contextlib.suppress(Exception):
+            await ensure_async(kc.stop_channels())
+        self.kc = None
+        self.km = self.create_kernel_manager()
+        await self.async_start_new_kernel()
+        await self.async_start_new_kernel_client()
+
+    def _run(self, call: GradeCall, exported: dict) -> CheckResult:
+        check = get_check(call.check_id)
+        payloads = []
+        for name in call.names:
+            entry = exported.get(name)
+            if not isinstance(entry, dict):
+                return CheckResult(check.id, check.title, check.points, False,
+                                   f"Не удалось получить `{name}` из ноутбука (ядро не ответило).")
+            if "error" in entry:
+                return CheckResult(check.id, check.title, check.points, False, str(entry["error"]))
+            try:
+                payloads.append(base64.b64decode(entry["payload"]))
+            except (KeyError, TypeError, ValueError):
+                return CheckResult(check.id, check.title, check.points, False,
+                                   f"Не удалось получить `{name}` из ноутбука.")
+        timeout = check.timeout_s if self.check_timeout is None else min(check.timeout_s, self.check_timeout)
+        return run_check(call.check_id, payloads, call.cases, timeout_s=timeout,
+                         secret_dirs=self._secret_dirs, write_protected=self._write_protected)
+
+
+def _is_test_cell(cell) -> bool:
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
 def _read_export(path: str) -> dict:
     """JSON only: the file was written by the student's kernel and is not trusted."""
     try:
+        if os.path.getsize(path) > MAX_EXPORT_BYTES:
+            return {}
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
-
-
-def _run(call: GradeCall, exported: dict) -> CheckResult:
-    check = get_check(call.check_id)
-    payloads = []
-    for name in call.names:
-        entry = exported.get(name)
-        if not isinstance(entry, dict):
-            return CheckResult(check.id, check.title, check.points, False,
-                               f"Не удалось получить `{name}` из ноутбука (ядро не ответило).")
-        if "error" in entry:
-            return CheckResult(check.id, check.title, check.points, False, str(entry["error"]))
-        try:
-            payloads.append(base64.b64decode(entry["payload"]))
-        except (KeyError, TypeError, ValueError):
-            return CheckResult(check.id, check.title, check.points, False,
-                               f"Не удалось получить `{name}` из ноутбука.")
-    return run_check(call.check_id, payloads, call.cases)
 
 
 def autograde_preprocessors() -> list:
