@@ -125,9 +125,10 @@ def call_student(function: Any, *args, case: str, what: str = "функция", 
     from . import guard
 
     try:
-        with guard.student_code(), np.errstate(all="ignore"), warnings.catch_warnings():
+        with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return function(*args, **kwargs)
+            with guard.student_code():  # innermost: it restores the grader's state first
+                return function(*args, **kwargs)
     except CheckFailed:
         raise
     except guard.Tampering as error:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import _thread
 import builtins
 import contextlib
+import gc
 import json
 import json.encoder
 import os
@@ -88,6 +89,12 @@ def _deny(message: str, error: type[Exception] = PermissionError):
     if _state["mode"] == "kernel" or _student_now():  # a refusal caught by the student still counts
         _state["violations"].append(message)
     raise error(message)
+
+
+def _no_frames(what: str):
+    """Frames are refused with ValueError ("stack not that deep"), which namedtuple, typing and
+    enum catch and fall back from; not a violation, since nothing was reached."""
+    raise ValueError(f"при проверке нельзя обращаться к кадрам стека ({what})")
 
 
 def _restricted() -> bool:
@@ -178,14 +185,14 @@ def _audit(event: str, args: tuple) -> None:
             _deny("при проверке нельзя заново импортировать tracemalloc", ImportError)
     elif event in _FRAMES:
         if _student_now() and not _importing():
-            _deny(f"при проверке нельзя обращаться к кадрам стека ({event})")
+            _no_frames(event)
     elif event in _INTROSPECTION:
         _deny(f"при проверке нельзя вызывать {event}")
     elif event.startswith("ctypes.") and not _state["gpu"]:
         _deny("при проверке нельзя пользоваться ctypes")
     elif event == "object.__getattr__" and len(args) >= 2 and _student_now():
         if args[1] in _FRAME_ATTRIBUTES and not _importing():
-            _deny(f"при проверке нельзя обращаться к кадрам стека ({args[1]})")
+            _no_frames(args[1])
         if args[1] in _FUNCTION_ATTRIBUTES and _protected_function(args[0]):
             _deny(f"при проверке нельзя читать {args[1]} функций проверки и библиотек")
     elif event in ("object.__setattr__", "object.__delattr__") and len(args) >= 2:
@@ -213,13 +220,22 @@ def _configure_files(secret_dirs, write_protected) -> None:
 
 # --- the worker ------------------------------------------------------------------------------
 
-def _namespaces() -> dict[str, dict]:
-    spaces = {"numpy": vars(np), "numpy.linalg": vars(np.linalg), "builtins": vars(builtins),
-              "tracemalloc": vars(tracemalloc), "_tracemalloc": vars(_tracemalloc),
-              "json": vars(json), "json.encoder": vars(json.encoder), "os": vars(os)}
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, whose attributes can be set
+
+
+def _namespaces() -> dict[str, tuple]:
+    """name -> (namespace, owner): modules the grader relies on and the classes they define."""
+    modules = {"numpy": np, "numpy.linalg": np.linalg, "tracemalloc": tracemalloc,
+               "_tracemalloc": _tracemalloc, "json": json, "json.encoder": json.encoder, "os": os}
     for name, module in list(sys.modules.items()):
-        if name.split(".")[0] == "autograder" and module is not None:
-            spaces[name] = vars(module)
+        if name.split(".")[0] == "autograder" and type(module) is types.ModuleType:
+            modules[name] = module
+    spaces = {}
+    for name, module in modules.items():
+        spaces[name] = (vars(module), module)
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__flags__ & _HEAP_TYPE and value.__module__ == module.__name__:
+                spaces[f"{name}.{value.__qualname__}"] = (vars(value), value)
     return spaces
 
 
@@ -233,12 +249,29 @@ def _code_like(value) -> bool:
 
 
 class _Watched:
-    """One module namespace and the state it must be in whenever student code is not running."""
+    """A module's or a class's namespace and the state it must be in whenever student code is
+    not running."""
 
-    def __init__(self, name: str, space: dict):
-        self.space = space
+    def __init__(self, name: str, space, owner):
+        self.owner = owner
         self.grader = name.split(".")[0] == "autograder"
         self.snapshot = dict(space)
+
+    @property
+    def space(self):
+        return vars(self.owner)
+
+    def _set(self, key, value) -> None:
+        if isinstance(self.owner, type):
+            setattr(self.owner, key, value)
+        else:
+            self.space[key] = value
+
+    def _delete(self, key) -> None:
+        if isinstance(self.owner, type):
+            delattr(self.owner, key)
+        else:
+            del self.space[key]
 
     def accept_trusted_changes(self) -> None:
         """Between student calls the grader may import submodules and update its own data."""
@@ -250,18 +283,19 @@ class _Watched:
 
     def restore(self, stubs: dict) -> bool:
         """Undo any other change; True when there was one (our own stubs aside)."""
+        space = self.space
         tampered = False
-        for key in [k for k in self.space if k not in self.snapshot]:
-            if _lazy_submodule(key, self.space[key]):
-                self.snapshot[key] = self.space[key]
+        for key in [k for k in space if k not in self.snapshot]:
+            if _lazy_submodule(key, space[key]):
+                self.snapshot[key] = space[key]
             else:
                 tampered = True
-                del self.space[key]
+                self._delete(key)
         for key, value in self.snapshot.items():
-            current = self.space.get(key, _MISSING)
+            current = space.get(key, _MISSING)
             if current is not value:
                 tampered = tampered or stubs.get(key) is not current
-                self.space[key] = value
+                self._set(key, value)
         return tampered
 
 
@@ -299,10 +333,10 @@ def install(*, gpu: bool = False, secret_dirs=(), write_protected=()) -> None:
 
 
 def _watch() -> None:
-    for name, space in _namespaces().items():
+    for name, (space, owner) in _namespaces().items():
         watched = _watched.get(name)
-        if watched is None or watched.space is not space:
-            _watched[name] = _Watched(name, space)
+        if watched is None or watched.owner is not owner:
+            _watched[name] = _Watched(name, space, owner)
         else:
             watched.accept_trusted_changes()
 
@@ -332,24 +366,47 @@ def student_code():
               if name.split(".")[0] == "autograder"}
     for space in (vars(tracemalloc), vars(_tracemalloc)):
         space.update(_STUBS)
+    gc_state = gc.get_threshold(), gc.isenabled(), list(gc.callbacks)
     previous = _state["student"]
     _state["student"] = _state["tainted"] = True
     try:
         yield
     finally:
+        builtins_changed = _restore_builtins()  # first: the code below calls builtins
         _state["student"] = previous
         sys.modules.update(hidden)
-        problems = _undo() + _state["violations"][violations:]
+        problems = _undo(builtins_changed) + _state["violations"][violations:]
+        if _restore_gc(*gc_state):
+            problems.append("функция подключила обработчик сборщика мусора")
         if problems:
             raise Tampering("; ".join(dict.fromkeys(problems)) + " — при проверке это запрещено")
 
 
-def _undo() -> list[str]:
+def _restore_builtins() -> bool:
+    """Put builtins back without calling a single builtin (they may be the student's now)."""
+    space, snapshot = builtins.__dict__, _BUILTINS
+    if space.keys() == snapshot.keys():
+        for key, value in snapshot.items():
+            if space[key] is not value:
+                break
+        else:
+            return False
+    space.clear()
+    space.update(snapshot)
+    return True
+
+
+_BUILTINS = dict(builtins.__dict__)
+
+
+def _undo(builtins_changed: bool = False) -> list[str]:
     """Restore what student code changed; say what it was."""
     problems = []
     changed = sorted(name for name, w in _watched.items() if w.restore(_STUBS))
+    if builtins_changed:
+        changed.insert(0, "builtins")
     if changed:
-        problems.append("функция подменила объекты модулей " + ", ".join(changed))
+        problems.append("функция подменила объекты в " + ", ".join(changed))
     if _restore_signals():
         problems.append("функция поменяла обработчики сигналов или таймеры")
     if not _state["gpu"] and _threads_left(_state["threads"]):
@@ -361,8 +418,9 @@ def verify() -> str | None:
     """Worker, before it replies: has student code (a finalizer, a thread) changed anything since?"""
     if _state["mode"] != "worker" or not _state["tainted"]:
         return None
+    builtins_changed = _restore_builtins()
     _watch()
-    problems = _undo()
+    problems = _undo(builtins_changed)
     return "; ".join(problems) + " — при проверке это запрещено" if problems else None
 
 
@@ -377,6 +435,16 @@ def describe(error: BaseException) -> tuple[str, str]:
     if type(name) is not str or type(text) is not str:
         return "исключение", "(сообщение не строка)"
     return name, text
+
+
+def _restore_gc(threshold, enabled, callbacks) -> bool:
+    """Thresholds and enabling are restored quietly; a callback of the student's is tampering."""
+    gc.set_threshold(*threshold)
+    (gc.enable if enabled else gc.disable)()
+    if gc.callbacks != callbacks:
+        gc.callbacks[:] = callbacks
+        return True
+    return False
 
 
 def _restore_signals() -> bool:
