@@ -1,0 +1,446 @@
+"""On a GPU: do lessons 07 and 08 grade right — the solutions fully, known-wrong kernels exactly?
+
+Skipped without a GPU (CI has none); run it on a CUDA machine with CuPy:
+``python -m pytest tests/test_gpu_lessons.py -v``.  It needs no nbgrader: notebooks are read as
+JSON and every check runs through :func:`autograder.notebook.run`, in its worker process, as
+under ``nbgrader autograde``.  Set ``GPU_TEST_REPORT=path.json`` to keep every verdict.
+
+A missing ``__syncthreads()`` is caught deterministically by racecheck; whether the race also
+corrupts the output on a given run is luck, so those entries may lose the value checks too
+(``may_lose``) — everything else must lose exactly its checks.
+"""
+from __future__ import annotations
+
+import ast
+import concurrent.futures
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import gpu
+from autograder.isolation import pack, run_check
+from autograder.notebook import run
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(not gpu.gpu_status()[0],
+                                reason=f"GPU-проверки уроков 07/08 требуют GPU и CuPy ({gpu.gpu_status()[1]})")
+
+
+# --- notebooks as JSON (no nbformat needed on a bare GPU machine) ---------------------------
+
+def cells(path: Path) -> list[dict]:
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        if isinstance(cell["source"], list):
+            cell["source"] = "".join(cell["source"])
+    return notebook["cells"]
+
+
+def meta(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def source_path(lesson: str) -> Path:
+    return ROOT / "solutions" / lesson / f"{lesson}.ipynb"
+
+
+def answers_of(path: Path) -> dict[str, str]:
+    return {meta(c)["grade_id"]: c["source"] for c in cells(path) if meta(c).get("solution")}
+
+
+def grade_calls(lesson: str) -> list[tuple[str, tuple[str, ...], list | None]]:
+    """Every grade(...) call of the source notebook's test cells, hidden ones included."""
+    calls = []
+    for cell in cells(source_path(lesson)):
+        if not (meta(cell).get("grade") and not meta(cell).get("solution")):
+            continue
+        for node in ast.parse(cell["source"]).body:
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                call = node.value
+                cases = ast.literal_eval(call.keywords[0].value) if call.keywords else None
+                calls.append((call.args[0].value, tuple(a.id for a in call.args[1:]), cases))
+    return calls
+
+
+def namespace(lesson: str, answers: dict[str, str]) -> dict:
+    """Run the setup cell and the answer cells (reference answers replaced by ``answers``)."""
+    ns = {"__name__": "__main__"}
+    for cell in cells(source_path(lesson)):
+        m = meta(cell)
+        if cell["cell_type"] == "code" and (m.get("solution") or (m.get("locked") and not m.get("grade"))):
+            code = answers.get(m["grade_id"], cell["source"])
+            exec(compile(code, f"<{m['grade_id']}>", "exec"), ns)
+    return ns
+
+
+# --- banks ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    name: str
+    answers: dict
+    loses: frozenset = frozenset()
+    may_lose: frozenset = frozenset()
+    says: str | None = None
+    hangs: bool = False
+
+
+def replace(text: str, old: str, new: str) -> str:
+    assert old in text, f"bank drift: {old!r} not in the reference answer"
+    return text.replace(old, new)
+
+
+# Lesson 07 -----------------------------------------------------------------------------------
+L07 = "07_cupy_rmsnorm"
+C07 = "lesson07.compiles"
+EQ07, TAILS07, NM07, MEM07, RACE07, SPEED07 = (f"lesson07.{n}" for n in
+                                               ("equivalence", "tails", "not_mutated", "memory", "races", "speed"))
+GPU07 = frozenset({EQ07, TAILS07, NM07, MEM07, RACE07, SPEED07})
+
+SCALAR_RMS = r'''
+RMSNORM_SRC = r"""
+extern "C" __global__
+void rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+              int T, int D, float eps)
+{
+    __shared__ float partial[256];
+    const float* xr = x + (size_t)blockIdx.x * D;
+    float* yr = y + (size_t)blockIdx.x * D;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) s += xr[i] * xr[i];
+    partial[threadIdx.x] = s;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+        __syncthreads();
+    }
+    const float inv = rsqrtf(partial[0] / D + eps);
+    for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
+}
+"""
+'''
+SCALAR_WRAPPER = '''
+def fused_rms_norm_gpu(x, w, eps=1e-6):
+    T, D = x.shape
+    y = cp.empty_like(x)
+    cp.RawKernel(RMSNORM_SRC, "rms_norm")((T,), (256,), (x, w, y, np.int32(T), np.int32(D), np.float32(eps)))
+    return y
+'''
+WARP_PER_ROW = r'''
+RMSNORM_SRC = r"""
+extern "C" __global__
+void rms_norm(const float* x, const float* w, float* y, int T, int D, float eps)
+{
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= T) return;
+    const float* xr = x + (size_t)row * D;
+    float s = 0.0f;
+    for (int i = lane; i < D; i += 32) s += xr[i] * xr[i];
+    for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float inv = 1.0f / sqrtf(s / D + eps);
+    for (int i = lane; i < D; i += 32) y[(size_t)row * D + i] = xr[i] * inv * w[i];
+}
+"""
+'''
+WARP_WRAPPER = '''
+def fused_rms_norm_gpu(x, w, eps=1e-6):
+    T, D = x.shape
+    y = cp.empty_like(x)
+    kernel = cp.RawKernel(RMSNORM_SRC, "rms_norm")
+    kernel(((T + 7) // 8,), (256,), (x, w, y, np.int32(T), np.int32(D), np.float32(eps)))
+    return y
+'''
+ONE_THREAD_PER_ROW = r'''
+RMSNORM_SRC = r"""
+extern "C" __global__
+void rms_norm(const float* x, const float* w, float* y, int T, int D, float eps)
+{
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= T) return;
+    const float* xr = x + (size_t)row * D;
+    float s = 0.0f;
+    for (int i = 0; i < D; ++i) s += xr[i] * xr[i];
+    const float inv = rsqrtf(s / D + eps);
+    for (int i = 0; i < D; ++i) y[(size_t)row * D + i] = xr[i] * inv * w[i];
+}
+"""
+'''
+ONE_THREAD_WRAPPER = '''
+def fused_rms_norm_gpu(x, w, eps=1e-6):
+    T, D = x.shape
+    y = cp.empty_like(x)
+    cp.RawKernel(RMSNORM_SRC, "rms_norm")(((T + 255) // 256,), (256,), (x, w, y, np.int32(T), np.int32(D), np.float32(eps)))
+    return y
+'''
+
+
+def bank_07() -> list[Entry]:
+    ref = answers_of(source_path(L07))
+    src, wrap = ref["rmsnorm_source"], ref["fused_rms_norm_gpu"]
+
+    def kernel(code: str) -> dict:
+        return {"rmsnorm_source": code}
+
+    scalar = {"rmsnorm_source": SCALAR_RMS, "fused_rms_norm_gpu": SCALAR_WRAPPER}
+    return [
+        Entry("reference", {}),
+        Entry("untouched", answers_of(ROOT / "notebooks" / L07 / f"{L07}.ipynb"), GPU07 | {C07}, says="заглушки"),
+        Entry("scalar_tree_reduction", scalar),
+        Entry("warp_per_row", {"rmsnorm_source": WARP_PER_ROW, "fused_rms_norm_gpu": WARP_WRAPPER}),
+        Entry("reference_block_of_256_per_row", {"fused_rms_norm_gpu": replace(replace(
+            wrap, "threads = min(1024, 32 * math.ceil(D / (32 * 32)))", "threads = 256"),
+            "if D <= 1024:", "if False:")}),
+        Entry("no_tail_guard", {**scalar, "rmsnorm_source": replace(replace(
+            SCALAR_RMS, "for (int i = threadIdx.x; i < D; i += blockDim.x) s += xr[i] * xr[i];",
+            "for (int k = 0; k < D / (int)blockDim.x; ++k) { int i = threadIdx.x + k * blockDim.x; s += xr[i] * xr[i]; }"),
+            "for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];",
+            "for (int k = 0; k < D / (int)blockDim.x; ++k) { int i = threadIdx.x + k * blockDim.x; yr[i] = xr[i] * inv * w[i]; }")},
+            {TAILS07}, says="не совпадает"),
+        Entry("float4_without_alignment_check", kernel(replace(
+            src, "const bool aligned = (D % 4 == 0) && ((((size_t)x | (size_t)w | (size_t)y) & 15) == 0);",
+            "const bool aligned = true;")), {TAILS07}, says="misaligned"),
+        Entry("missing_syncthreads", {**scalar, "rmsnorm_source": replace(
+            SCALAR_RMS, "partial[threadIdx.x] = s;\n    __syncthreads();", "partial[threadIdx.x] = s;")},
+            {RACE07}, may_lose=GPU07),  # here the race corrupts the output too (seen on an H200)
+        Entry("eps_outside_root", kernel(replace(  # both paths of the kernel
+            src, "const float inv_rms = rsqrtf(row_sum(sum_sq) / D + eps);",
+            "const float inv_rms = 1.0f / (sqrtf(row_sum(sum_sq) / D) + eps);")),
+            {EQ07, TAILS07}, says="eps прибавлен вне корня"),  # a tail case has rows of tiny RMS
+        Entry("no_weight", {**scalar, "rmsnorm_source": replace(
+            SCALAR_RMS, "yr[i] = xr[i] * inv * w[i];", "yr[i] = xr[i] * inv;")}, GPU07, says="забыли умножить на вес"),
+        Entry("only_first_warp_summed", kernel(replace(
+            src, "for (int i = 0; i < warps; ++i)                       // same order in every thread\n        total += partial[i];",
+            "total = partial[0];")), GPU07, says="не совпадает"),
+        Entry("one_thread_per_row", {"rmsnorm_source": ONE_THREAD_PER_ROW, "fused_rms_norm_gpu": ONE_THREAD_WRAPPER},
+              {SPEED07}, says="ускорение"),
+        Entry("naive_cupy_composition", {"fused_rms_norm_gpu": '''
+def fused_rms_norm_gpu(x, w, eps=1e-6):
+    return x / cp.sqrt(cp.mean(x * x, axis=-1, keepdims=True) + eps) * w
+'''}, {MEM07, SPEED07}, says="выделено"),
+        Entry("in_place_mutates_input", {"fused_rms_norm_gpu": replace(
+            replace(wrap, "(x, w, y, np.int32(T)", "(x, w, x, np.int32(T)"), "return y", "return x")},
+            {NM07}, says="изменила вход x"),
+        Entry("illegal_address", {**scalar, "rmsnorm_source": replace(
+            SCALAR_RMS, "yr[i] = xr[i] * inv * w[i];", "y[(size_t)blockIdx.x * D * 100000 + i] = xr[i] * inv * w[i];")},
+            GPU07, says="illegal address"),
+        Entry("never_ends", {**scalar, "rmsnorm_source": replace(
+            SCALAR_RMS, "__shared__ float partial[256];", "__shared__ float partial[256];\n    while (true) __nanosleep(1000);")},
+            GPU07, says="не завершилась", hangs=True),
+        Entry("compile_error", kernel(replace(src, "return v;", "return v")), GPU07 | {C07}, says="строка"),
+    ]
+
+
+# Lesson 08 -----------------------------------------------------------------------------------
+L08 = "08_cupy_flash_attention"
+C08 = "lesson08.compiles"
+EQ08, TAILS08, CAUSAL08, LARGE08, MEM08, SKIP08, RACE08 = (
+    f"lesson08.{n}" for n in ("equivalence", "tails", "causal", "large_logits", "memory", "causal_skip", "races"))
+GPU08 = frozenset({EQ08, TAILS08, CAUSAL08, LARGE08, MEM08, SKIP08, RACE08})
+
+SIMPLE_FLASH = r'''
+FLASH_SRC = r"""
+// One thread per query row; K/V tiles of 32 rows staged in shared memory with plain loads.
+template <int D>
+__device__ void simple_flash(const float* Q, const float* K, const float* V, float* O,
+                             int n, float scale, int causal, int* tile_counter)
+{
+    __shared__ float Ks[32 * D];
+    __shared__ float Vs[32 * D];
+    const size_t head = (size_t)blockIdx.y * n * D;
+    Q += head; K += head; V += head; O += head;
+    const int q0 = blockIdx.x * 64;
+    const int row = q0 + threadIdx.x;
+    float q[D], o[D];
+    for (int t = 0; t < D; ++t) { q[t] = row < n ? Q[(size_t)row * D + t] * scale : 0.0f; o[t] = 0.0f; }
+    float m = -__int_as_float(0x7f800000), l = 0.0f;
+    const int kv_end = causal ? min(q0 + 64, n) : n;
+    int tiles = 0;
+    for (int k0 = 0; k0 < kv_end; k0 += 32) {
+        for (int e = threadIdx.x; e < 32 * D; e += blockDim.x) {
+            const int r = k0 + e / D;
+            Ks[e] = r < n ? K[(size_t)r * D + e % D] : 0.0f;
+            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;
+        }
+        __syncthreads();
+        for (int j = 0; j < 32 && k0 + j < n; ++j) {
+            if (causal && k0 + j > row) break;
+            float s = 0.0f;
+            for (int t = 0; t < D; ++t) s += q[t] * Ks[j * D + t];
+            const float m_new = fmaxf(m, s);
+            const float alpha = __expf(m - m_new), p = __expf(s - m_new);
+            l = l * alpha + p;
+            for (int t = 0; t < D; ++t) o[t] = o[t] * alpha + p * Vs[j * D + t];
+            m = m_new;
+        }
+        __syncthreads();
+        ++tiles;
+    }
+    if (row < n)
+        for (int t = 0; t < D; ++t) O[(size_t)row * D + t] = o[t] / l;
+    if (threadIdx.x == 0 && tile_counter) atomicAdd(tile_counter, tiles);
+}
+
+extern "C" __global__ void flash_attention_d64(const float* Q, const float* K, const float* V, float* O,
+                                               int n, float scale, int causal, int* tile_counter)
+{ simple_flash<64>(Q, K, V, O, n, scale, causal, tile_counter); }
+
+extern "C" __global__ void flash_attention_d128(const float* Q, const float* K, const float* V, float* O,
+                                                int n, float scale, int causal, int* tile_counter)
+{ simple_flash<128>(Q, K, V, O, n, scale, causal, tile_counter); }
+"""
+'''
+SIMPLE_WRAPPER = '''
+def flash_attention_gpu(Q, K, V, causal=False, tile_counter=None):
+    H, n, d = Q.shape
+    O = cp.empty_like(Q)
+    if tile_counter is None:
+        tile_counter = cp.zeros(1, dtype=cp.int32)
+    kernel = cp.RawKernel(FLASH_SRC, f"flash_attention_d{d}")
+    kernel(((n + 63) // 64, H), (64,), (Q, K, V, O, np.int32(n), np.float32(d ** -0.5), np.int32(causal), tile_counter))
+    return O
+'''
+
+
+def bank_08() -> list[Entry]:
+    ref = answers_of(source_path(L08))
+    src, wrap = ref["flash_source"], ref["flash_attention_gpu"]
+
+    def kernel(code: str) -> dict:
+        return {"flash_source": code}
+
+    simple = {"flash_source": SIMPLE_FLASH, "flash_attention_gpu": SIMPLE_WRAPPER}
+    return [
+        Entry("reference", {}),
+        Entry("untouched", answers_of(ROOT / "notebooks" / L08 / f"{L08}.ipynb"), GPU08 | {C08}, says="заглушки"),
+        Entry("one_thread_per_row", simple),
+        Entry("missing_syncthreads_after_staging", {**simple, "flash_source": replace(
+            SIMPLE_FLASH, "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }\n        __syncthreads();",
+            "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }")},
+            {RACE08}, may_lose=GPU08, says="racecheck"),
+        Entry("S_materialised", {"flash_attention_gpu": replace(
+            wrap, "    O = cp.empty_like(Q)\n", "    O = cp.empty_like(Q)\n    S = cp.empty((H, n, n), dtype=cp.float32)\n")},
+            {MEM08}, says="Матрица S"),
+        Entry("causal_without_skipping", kernel(replace(
+            src, "const int kv_end = causal ? min(q0 + BR, n) : n;", "const int kv_end = n;")),
+            {SKIP08}, says="доля"),
+        Entry("no_scale", kernel(replace(src, "const float scale_log2 = scale * 1.4426950408889634f;",
+                                         "const float scale_log2 = 1.4426950408889634f;")),
+              GPU08, says="нет масштаба 1/sqrt(d)"),
+        Entry("no_max_subtraction", kernel(replace(replace(
+            src, "const float m_use = m_new == NEG_INF ? 0.0f : m_new;   // a row with no key yet",
+            "const float m_use = 0.0f;"), "const float alpha = exp2f(m[i] - m_use);", "const float alpha = 1.0f;")),
+            {LARGE08}, says="NaN"),
+        Entry("no_tail_guard", kernel(replace(replace(
+            src, "const bool valid = g < n;", "const bool valid = true;"),
+            "if (edge && (col >= n || (causal && col > row))) v = NEG_INF;",
+            "if (edge && causal && col > row) v = NEG_INF;")), {TAILS08}, says="не совпадает"),
+        Entry("diagonal_masked", kernel(replace(
+            src, "if (edge && (col >= n || (causal && col > row))) v = NEG_INF;",
+            "if (edge && (col >= n || (causal && col >= row))) v = NEG_INF;")),
+            {CAUSAL08, TAILS08, LARGE08, SKIP08}, says="NaN"),
+        Entry("no_rescale_of_O", kernel(replace(
+            src, "for (int t = 0; t < 4 * G; ++t) o[i][t] *= alpha;", "")), GPU08, says="не совпадает"),
+        Entry("illegal_address", kernel(replace(
+            src, "*reinterpret_cast<float4*>(O + (size_t)row * D + 4 * tx + 32 * g) =",
+            "*reinterpret_cast<float4*>(O + (size_t)row * D * 1000000 + 4 * tx + 32 * g) =")),
+            GPU08, says="illegal address"),
+        Entry("never_ends", kernel(replace(
+            src, "const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;",
+            "const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;\n    while (true) __nanosleep(1000);")),
+            GPU08, says="не завершилась", hangs=True),
+        Entry("compile_error", kernel(replace(src, "float m[4], l[4];", "float m[4], l[4]")),
+              GPU08 | {C08}, says="строка"),
+    ]
+
+
+BANKS = {L07: bank_07, L08: bank_08}
+TIMED = {SPEED07}  # graded by timing: run alone, after the rest
+HANG_TIMEOUT_S = 20  # the never-ending kernels: the same timeout path as a check's own, only shorter
+
+
+# --- running ----------------------------------------------------------------------------------
+
+def run_bank(lesson: str) -> list[dict]:
+    calls = grade_calls(lesson)
+    entries = BANKS[lesson]()
+    spaces = {e.name: namespace(lesson, e.answers) for e in entries}
+    jobs = [(e, call) for e in entries for call in calls]
+    verdicts: dict[tuple[str, str], list] = {}
+
+    def one(job):
+        entry, (check_id, names, cases) = job
+        started = time.time()
+        objects = [spaces[entry.name][n] for n in names]
+        if entry.hangs:
+            result = run_check(check_id, pack(objects), cases, timeout_s=HANG_TIMEOUT_S)
+        else:
+            result = run(check_id, *objects, cases=cases)
+        return entry.name, check_id, result.passed, result.message, time.time() - started
+
+    def collect(selected, workers):
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for name, check_id, passed, message, seconds in pool.map(one, selected):
+                verdicts.setdefault((name, check_id), []).append((passed, message, round(seconds, 1)))
+                print(f"  {name:<34} {check_id:<22} {'pass' if passed else 'FAIL'} {seconds:5.1f}s"
+                      + ("" if passed else "  " + message.replace(chr(10), " ")[:160]), flush=True)
+
+    collect([j for j in jobs if not j[0].hangs and j[1][0] not in TIMED], 8)
+    collect([j for j in jobs if not j[0].hangs and j[1][0] in TIMED], 1)
+    collect([j for j in jobs if j[0].hangs], 1)  # one at a time: after the first timeout the rest fail at once
+    report = []
+    for entry in entries:
+        mine = {c: v for (n, c), v in verdicts.items() if n == entry.name}
+        lost = {c for c, runs in mine.items() if not all(p for p, _, _ in runs)}
+        messages = {c: next(m for p, m, _ in runs if not p) for c, runs in mine.items() if c in lost}
+        report.append({"entry": entry.name, "lost": sorted(lost), "expected": sorted(entry.loses),
+                       "may_lose": sorted(entry.may_lose), "says": entry.says, "messages": messages,
+                       "seconds": {c: [s for _, _, s in runs] for c, runs in mine.items()},
+                       "passed_details": {c: runs[-1][1][:300] for c, runs in mine.items() if c not in lost}})
+    return report
+
+
+def problems_of(report: list[dict]) -> list[str]:
+    problems = []
+    for r in report:
+        lost, expected, may = set(r["lost"]), set(r["expected"]), set(r["may_lose"])
+        if not (expected <= lost <= expected | may):
+            problems.append(f"{r['entry']}: lost {sorted(lost)}, expected {sorted(expected)}"
+                            + (f" (+ maybe {sorted(may - expected)})" if may else "")
+                            + "\n    " + "\n    ".join(f"{c}: {m[:300]}" for c, m in r["messages"].items()))
+        elif r["says"] and not any(r["says"] in m for m in r["messages"].values()):
+            problems.append(f"{r['entry']}: no message says {r['says']!r}: {r['messages']}")
+    return problems
+
+
+@pytest.mark.parametrize("lesson", sorted(BANKS))
+def test_bank_loses_exactly_its_checks(lesson):
+    """Does the reference pass everything, and each known-wrong kernel lose exactly its checks?"""
+    report = run_bank(lesson)
+    out = os.environ.get("GPU_TEST_REPORT")
+    if out:
+        Path(out).with_name(f"{Path(out).stem}_{lesson}.json").write_text(
+            json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
+    for r in report:
+        print(f"{r['entry']:<34} lost {r['lost']}")
+    problems = problems_of(report)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("lesson", sorted(BANKS))
+def test_solution_notebook_demos_run_top_to_bottom(lesson, monkeypatch):
+    """Do the instructor's notebook's cells (install, setup, answers, demos) run in order without an error?
+
+    The graded cells are skipped here: the bank's "reference" entry runs every one of them.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    monkeypatch.chdir(source_path(lesson).parent)
+    ns = {"__name__": "__main__"}
+    for cell in cells(source_path(lesson)):
+        if cell["cell_type"] == "code" and not meta(cell).get("grade"):
+            exec(compile(cell["source"], f"<{meta(cell).get('grade_id', 'cell')}>", "exec"), ns)

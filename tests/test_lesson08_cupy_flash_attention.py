@@ -1,0 +1,43 @@
+"""Lesson 08 on a machine without a GPU (CI): does nbgrader grade the compile check and only it?"""
+import nbformat
+import numpy as np
+import pytest
+
+from autograder import course, gpu, reference
+from autograder.lesson08_cupy_flash_attention import CAUSAL, CAUSAL_TILE_RATIO, TAILS, VISIBLE, oracle
+
+LESSON = "08_cupy_flash_attention"
+
+
+@pytest.mark.skipif(gpu.gpu_status()[0], reason="with a GPU the run checks score too (tests/test_gpu_lessons.py)")
+def test_autograde_without_gpu_scores_the_compile_check_only(tmp_path):
+    """Reference: compile points only, every run cell 0; the untouched notebook: 0."""
+    grades = course.autograde(LESSON, {
+        "reference": course.fill_answers(LESSON, course.reference_answers(LESSON)),
+        "untouched": nbformat.read(course.student_notebook(LESSON), as_version=4)}, tmp_path)
+    scored = {student: {g.cell: g.score for g in cells} for student, cells in grades.items()}
+    assert scored["reference"].pop("test_lesson08_compiles") == 1
+    assert set(scored["reference"].values()) == {0}
+    assert sum(scored["untouched"].values()) == 0
+
+
+def test_oracle_is_per_head_attention():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((3, 17, 8)) for _ in range(3))
+    for causal in (False, True):
+        got = oracle(q, k, v, causal)
+        assert np.allclose(got[2], reference.attention(q[2], k[2], v[2], causal))
+
+
+@pytest.mark.parametrize("br, bc", [(64, 32), (64, 64), (128, 64), (16, 16), (128, 128)])
+def test_causal_tile_fraction_is_below_the_bound_for_common_tiles(br, bc):
+    """Does a kernel that skips tiles stay under the bound at the graded n=1024 for usual tile sizes?"""
+    n = 1024
+    full = -(-n // br) * -(-n // bc)
+    causal = sum(-(-min(q0 + br, n) // bc) for q0 in range(0, n, br))
+    assert causal / full <= CAUSAL_TILE_RATIO
+
+
+def test_equivalence_and_causal_lengths_divide_by_128_and_tails_do_not():
+    assert all(c["n"] % 128 == 0 for c in VISIBLE + CAUSAL)
+    assert all(c["n"] % 32 for c in TAILS)
