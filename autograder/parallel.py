@@ -316,11 +316,11 @@ def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus) -> No
     shutil.copy(Path(scratch) / "gradebook.snapshot.db", home / "gradebook.db")
     for lesson in lessons:
         shutil.copytree(course.source(lesson), mine.source(lesson), dirs_exist_ok=True)
-    _WORKER.update(course=course, mine=mine, log=str(home / "nbgrader.log"))
+    _WORKER.update(course=course, mine=mine)
 
 
-def _grade(sub: Submission) -> tuple[Submission, str, dict | None, str]:
-    """Worker: autograde one submission in the scratch course; (sub, folder, scores, error)."""
+def _grade(sub: Submission) -> tuple[Submission, str, dict | None, str, str]:
+    """Worker: autograde one submission in the scratch course; (sub, folder, scores, error, log)."""
     course, mine = _WORKER["course"], _WORKER["mine"]
     target = mine.submitted(sub)
     shutil.rmtree(target, ignore_errors=True)
@@ -329,8 +329,8 @@ def _grade(sub: Submission) -> tuple[Submission, str, dict | None, str]:
     shutil.rmtree(target, ignore_errors=True)
     folder = str(mine.autograded(sub).parent.parent)
     if not done["success"]:
-        return sub, folder, None, f"{_last_error(done)} (журнал: {_WORKER['log']})"
-    return sub, folder, auto_scores(mine.coursedir().db_url, sub), ""
+        return sub, folder, None, _last_error(done), done.get("log", "") + done.get("error", "")
+    return sub, folder, auto_scores(mine.coursedir().db_url, sub), "", ""
 
 
 @dataclasses.dataclass
@@ -352,6 +352,8 @@ class Summary:
         lines = [f"Проверено и записано в gradebook: {done} из {len(self.outcomes)} "
                  f"за {self.seconds:.0f} с ({self.workers} проц.); уже проверенных пропущено: {self.skipped}."]
         lines += [f"  ОШИБКА {o.submission}: {o.error}" for o in self.failed]
+        if any(o.log for o in self.failed):
+            lines.append(f"  Журналы nbgrader этих работ — в {ERROR_LOGS}/.")
         return "\n".join(lines)
 
 
@@ -392,12 +394,13 @@ def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int |
                     if not outcome.ok:
                         bar.set_postfix_str(f"ошибок: {sum(not o.ok for o in outcomes)}")
     outcomes.sort(key=lambda o: (o.submission.lesson, o.submission.student))
+    _keep_logs(course, outcomes)
     return Summary(outcomes, len(submissions) - len(todo), time.monotonic() - started, workers)
 
 
-def _record_graded(course: Course, sub: Submission, folder: str, scores, error: str) -> Outcome:
+def _record_graded(course: Course, sub: Submission, folder: str, scores, error: str, log: str) -> Outcome:
     if scores is None:
-        return Outcome(sub, None, error)
+        return Outcome(sub, None, error, log)
     outcome = record(course, sub, Path(folder), expected=scores)
     shutil.rmtree(Path(folder) / sub.student / sub.lesson, ignore_errors=True)
     return outcome
@@ -426,10 +429,22 @@ def merge(folder: Path | str, autograded: Path | str, lessons: Iterable[str] = (
                 else:
                     outcomes.append(record(course, sub, autograded))
                 bar.update(1)
+    _keep_logs(course, outcomes)
     return Summary(outcomes, 0, time.monotonic() - started, 1)
 
 
 # --- plumbing -------------------------------------------------------------------------------
+
+ERROR_LOGS = "autograde_errors"
+
+
+def _keep_logs(course: Course, outcomes: list[Outcome]) -> None:
+    """nbgrader's log of each failed submission, kept in the course: autograde_errors/."""
+    for outcome in outcomes:
+        if not outcome.ok and outcome.log:
+            path = course.root / ERROR_LOGS / f"{outcome.submission.lesson}__{outcome.submission.student}.log"
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(outcome.log, encoding="utf-8")
 
 def _cpus() -> int:
     try:

@@ -1,0 +1,54 @@
+"""The class report's pure parts: reading named mistakes, and the page it renders.
+
+(The report on a really graded class is tested in tests/test_parallel.py, on its graded course.)
+"""
+from nbformat.v4 import new_code_cell, new_output
+
+from autograder import report
+from autograder.core import CheckFailed
+from autograder.mistakes import compare_or_name
+from autograder.nbgrader_ext import verdict_outputs
+from autograder.core import CheckResult
+
+
+def failing_cell(message: str):
+    cell = new_code_cell("grade('lesson02.x', f)")
+    cell.outputs = verdict_outputs([CheckResult("lesson02.x", "Заголовок", 1.0, False, message)])
+    return cell
+
+
+def test_named_mistake_is_read_from_the_message_mistakes_writes():
+    """Is the mistake that compare_or_name names found in the failed cell's output?"""
+    import numpy as np
+
+    x = np.ones((2, 3), dtype=np.float32)
+    try:
+        compare_or_name(x * 2, x, inputs=(x,), variants={"умножили на 2 дважды": lambda v: v * 2},
+                        case="T=2, D=3")
+    except CheckFailed as failure:
+        message = str(failure)
+    assert report.named_mistakes(failing_cell(message)) == ["умножили на 2 дважды"]
+
+
+def test_no_named_mistake_in_plain_failures_or_passes():
+    """A failure without a known mistake, a stdout mention, or a pass: nothing is counted."""
+    assert report.named_mistakes(failing_cell("результат не совпадает с эталоном")) == []
+    cell = new_code_cell("")
+    cell.outputs = [new_output("stream", name="stdout",
+                               text="Похоже на известную ошибку: «не в ошибке»."),
+                    new_output("execute_result", data={"text/plain": "1"})]
+    assert report.named_mistakes(cell) == []
+
+
+def test_page_shows_the_worst_check_and_the_top_mistake_first():
+    """Does "Главное" name the check most students failed and the most frequent mistake?"""
+    checks = (report.CheckStats("test_a", "Эквивалентность", 3.0, ("s1", "s2", "s3")),
+              report.CheckStats("test_b", "Пик памяти", 2.0, ("s1",)))
+    mistakes = (report.MistakeStats("02_x", "eps вне корня", ("s1", "s2"), ("Эквивалентность",)),)
+    stats = report.LessonStats("02_x", 5.0, {"s1": 0.0, "s2": 2.0, "s3": 2.0, "s4": 5.0}, checks,
+                               mistakes, unread=0)
+    page = report.render([stats], "курс")
+    top = page.split("<h2>Главное</h2>")[1].split("<h2>")[0]
+    assert top.index("Эквивалентность") < top.index("Пик памяти")
+    assert "<b>75 %</b>" in top and "«eps вне корня» — <b>2 (50 %)</b>" in top
+    assert page.count("<img") == 1
