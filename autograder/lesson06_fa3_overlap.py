@@ -22,8 +22,6 @@ import numbers
 
 import ml_dtypes
 import numpy as np
-import numpy.fft  # noqa: F401  NumPy 2 imports these on first use; load them before student code
-import numpy.random  # noqa: F401  runs, or the guard sees a new name in numpy and calls it tampering
 
 from . import fa3sim, reference
 from .core import CheckFailed, call_student, check, compare, describe_case
