@@ -386,13 +386,21 @@ def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int |
             with bar, concurrent.futures.ProcessPoolExecutor(
                     workers, mp_context=context, initializer=_start_worker,
                     initargs=(str(course.root), scratch, sorted({s.lesson for s in todo}), queue)) as pool:
-                futures = [pool.submit(_grade, sub) for sub in todo]
-                for future in concurrent.futures.as_completed(futures):
-                    outcome = _record_graded(course, *future.result())
-                    outcomes.append(outcome)
-                    bar.update(1)
-                    if not outcome.ok:
-                        bar.set_postfix_str(f"ошибок: {sum(not o.ok for o in outcomes)}")
+                futures = {pool.submit(_grade, sub): sub for sub in todo}
+                try:
+                    for future in concurrent.futures.as_completed(futures):
+                        try:
+                            outcome = _record_graded(course, *future.result())
+                        except Exception as error:  # e.g. a worker process died: the others go on
+                            outcome = Outcome(futures[future], None, f"сбой: {error!r}")
+                        outcomes.append(outcome)
+                        bar.update(1)
+                        if not outcome.ok:
+                            bar.set_postfix_str(f"ошибок: {sum(not o.ok for o in outcomes)}")
+                except KeyboardInterrupt:  # Ctrl-C: what is recorded stays, nothing new starts
+                    for future in futures:
+                        future.cancel()
+                    raise
     outcomes.sort(key=lambda o: (o.submission.lesson, o.submission.student))
     _keep_logs(course, outcomes)
     return Summary(outcomes, len(submissions) - len(todo), time.monotonic() - started, workers)
