@@ -96,7 +96,7 @@ def test_a_second_run_skips_graded_work_and_force_regrades_without_duplicates(gr
     assert course.read_grades(folder, LESSON, graded["students"]) == graded["serial"]
     with sqlite3.connect(folder / "gradebook.db") as db:
         assert db.execute("select count(*) from submitted_assignment").fetchone() == (4,)
-        assert db.execute("select count(*) from grade").fetchone() == (4 * 11,)
+        assert db.execute("select count(*) from grade").fetchone() == (sum(map(len, graded["serial"].values())),)
 
 
 def test_merge_records_notebooks_graded_on_another_machine(graded, tmp_path):

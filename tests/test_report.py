@@ -5,10 +5,9 @@
 from nbformat.v4 import new_code_cell, new_output
 
 from autograder import report
-from autograder.core import CheckFailed
+from autograder.core import CheckFailed, CheckResult
 from autograder.mistakes import compare_or_name
 from autograder.nbgrader_ext import verdict_outputs
-from autograder.core import CheckResult
 
 
 def failing_cell(message: str):
