@@ -102,7 +102,7 @@ class Course:
         """Assignments known to the gradebook (``nbgrader generate_assignment`` was run)."""
         if not self.db_path.exists():
             return []
-        with _quiet(), Gradebook(self.coursedir().db_url) as gradebook:
+        with quiet(), Gradebook(self.coursedir().db_url) as gradebook:
             return sorted(a.name for a in gradebook.assignments)
 
 
@@ -114,7 +114,7 @@ def load_course(folder: Path | str) -> Course:
     if not (folder / "nbgrader_config.py").exists():
         raise ValueError(f"В {folder} нет nbgrader_config.py: укажите папку курса (--course).")
     app = NbGraderApp()
-    with _cwd(folder), _quiet():
+    with _cwd(folder), quiet():
         app.load_config_file()
     config = copy.deepcopy(app.config)
     if "AutogradeApp" in config:  # nbgrader's legacy name, merged as AutogradeApp does
@@ -259,13 +259,13 @@ def run_autograde(config: Config, sub: Submission) -> dict:
     converter = Autograde(coursedir=coursedir, config=config)
     converter.force = True
     converter.create_student = True
-    with _quiet():
+    with quiet():
         return capture_log(converter)
 
 
 def auto_scores(db_url: str, sub: Submission) -> dict[tuple[str, str], float]:
     """(notebook, cell) -> auto_score of a submission, from a gradebook."""
-    with _quiet(), Gradebook(db_url) as gradebook:
+    with quiet(), Gradebook(db_url) as gradebook:
         submission = gradebook.find_submission(sub.lesson, sub.student)
         return {(nb.name, g.name): g.auto_score for nb in submission.notebooks for g in nb.grades}
 
@@ -495,7 +495,7 @@ def _cwd(folder: Path):
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet():
     """nbgrader's sqlalchemy warnings are about nbgrader's own session use, not ours."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

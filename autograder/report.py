@@ -26,7 +26,7 @@ import nbformat
 
 from .core import format_points, get_check
 from .nbgrader_ext import parse_grade_cell
-from .parallel import Course, _quiet, load_course, select_lessons
+from .parallel import Course, quiet, load_course, select_lessons
 
 MISTAKE = re.compile(r"Похоже на известную ошибку: «(.+?)»(?:\.|$)", re.MULTILINE)
 
@@ -106,7 +106,7 @@ def collect(course: Course, lesson: str) -> LessonStats:
     named_in: dict[str, set[str]] = collections.defaultdict(set)
     unread = 0
     blank = []
-    with _quiet(), Gradebook(course.coursedir().db_url) as gradebook:
+    with quiet(), Gradebook(course.coursedir().db_url) as gradebook:
         assignment = gradebook.find_assignment(lesson)
         max_score = float(assignment.max_score)
         for submission in sorted(assignment.submissions, key=lambda s: s.student.id):
