@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: lab test release check-release autograde bench clean
+.PHONY: lab test release check-release autograde report bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,9 +30,14 @@ release: $(VENV)/.installed
 check-release: $(VENV)/.installed
 	$(BIN)/course check-release
 
-## autograde: grade submitted/ of one lesson, e.g. make autograde LESSON=02_fused_rmsnorm
+## autograde: grade submitted/ in parallel with progress, e.g. make autograde LESSON=02_fused_rmsnorm WORKERS=4
+WORKERS ?= 2
 autograde: $(VENV)/.installed
-	$(BIN)/nbgrader autograde $(LESSON)
+	$(BIN)/course autograde $(LESSON) --workers $(WORKERS)
+
+## report: one HTML page on the class (score distributions, failing checks, named mistakes)
+report: $(VENV)/.installed
+	$(BIN)/course report --out class_report.html
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
