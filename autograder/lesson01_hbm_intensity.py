@@ -11,8 +11,8 @@ import math
 import numbers
 
 import numpy as np
-import numpy.ma  # noqa: F401  matplotlib imports these two when the student's plot function is unpickled;
-import numpy.typing  # noqa: F401  imported here first, they are not mistaken for tampering with numpy
+import numpy.ma  # noqa: F401  imported by matplotlib when the student's plot function is unpickled; here
+import numpy.typing  # noqa: F401  first, so that their import-time introspection of numpy is the grader's
 
 from .core import CheckFailed, call_student, check, describe_case
 
@@ -528,8 +528,11 @@ def _grade_axes(axes, gpu, ops, case) -> str:
 
 @check("lesson01.roofline_plot", points=3, title="График roofline: координаты крыши и точек")
 def roofline_plot(plot_roofline, cases=({"gpu": "H100 SXM", "ops": {k: list(v) for k, v in QWEN_OPS.items()}},)):
+    # matplotlib itself is imported when the student's function is unpickled, not here: a module the
+    # worker imports before student code is guarded, and pyplot introspects its own functions.
     import matplotlib.pyplot as plt
 
+    plt.switch_backend("Agg")  # resolved by the grader: pyplot inspects the backend on first use
     try:
         for c in cases:
             gpu = c["gpu"]

@@ -172,7 +172,7 @@ WRONG = [
     s, r = n * n * bytes_per_element, n * d * bytes_per_element
     return {"запись S": s, "чтение S для max": s, "запись P": s, "чтение P для PV": s,
             "чтение Q": r, "чтение K": r, "чтение V": r, "запись O": r}
-"""), {"lesson01.naive_attention_traffic"}, says="134-МБ версия"),
+"""), {"lesson01.naive_attention_traffic"}, says="около 134 МБ на голову"),
     wrong("attention_without_qkvo", fn("naive_attention_traffic", "n, d, bytes_per_element=2", """
     s = n * n * bytes_per_element
     return {"запись S": s, "чтение S для max": s, "чтение S для exp": s, "запись P": s, "чтение P для PV": s}
