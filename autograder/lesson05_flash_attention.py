@@ -193,6 +193,7 @@ EQUIVALENCE_CASES = [
     {"n": 256, "d": 64, "Br": 32, "Bc": 32, "causal": True, "seed": 3},
     {"n": 100, "d": 32, "Br": 7, "Bc": 13, "causal": False, "seed": 6},
     {"n": 100, "d": 32, "Br": 7, "Bc": 13, "causal": True, "seed": 9},
+    {"n": 100, "d": 32, "Br": 13, "Bc": 7, "causal": True, "seed": 10},
 ]
 
 

@@ -104,15 +104,31 @@ def _union(arrays: list, keep_maps_for_shape: tuple | None = None) -> dict:
 
 
 def _restructure(parent: "Traced", result, operation):
-    """Provenance of a rearrangement of ``parent``: apply the same operation to the row maps."""
+    """Provenance of a rearrangement of ``parent``: apply the same operation to the row maps.
+
+    ``result`` may be a list of arrays (``np.split``): the operation then gives a list of maps.
+    """
+    if isinstance(result, (list, tuple)):
+        maps = {source: (operation(m) if m is not None else None) for source, (_, m) in parent._prov.items()}
+        return type(result)(
+            _with_maps(parent, part, {source: (None if m is None else m[i]) for source, m in maps.items()})
+            for i, part in enumerate(result))
+    if not isinstance(result, np.ndarray):
+        return result
+    maps = {source: (None if m is None else operation(m)) for source, (_, m) in parent._prov.items()}
+    return _with_maps(parent, result, maps)
+
+
+def _with_maps(parent: "Traced", result, maps: dict):
     if not isinstance(result, np.ndarray):
         return result
     prov = {}
-    for source, (rows, row_map) in parent._prov.items():
-        if row_map is None:
+    for source, (rows, _) in parent._prov.items():
+        new_map = maps.get(source)
+        if new_map is None:
             prov[source] = (rows, None)
         else:
-            new_map = np.asarray(operation(row_map))
+            new_map = np.asarray(new_map)
             prov[source] = (_rows_of(new_map) if new_map.size else rows[:0], new_map)
     return _wrap(result, parent._tracer, prov)
 
@@ -159,6 +175,10 @@ class Traced(np.ndarray):
                 self._prov[source] = (rows, None)
         elif self._prov:  # untraced values overwrite part of the array: dependencies shrink at most
             self._prov = {s: (rows, None) for s, (rows, _) in self._prov.items()}
+
+    def __iter__(self):  # NumPy iterates in C, past __getitem__: index row by row instead
+        for i in range(len(self)):
+            yield self[i]
 
     @property
     def T(self):
