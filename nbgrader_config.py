@@ -21,6 +21,9 @@ c.ClearSolutions.text_stub = "ВАШ ОТВЕТ ЗДЕСЬ"
 
 # Graded test cells are run by the grader, not by the student's kernel (autograder/nbgrader_ext.py).
 c.Autograde.autograde_preprocessors = autograde_preprocessors()
+# The student's kernel under autograde: an allocation beyond this many GiB is a MemoryError (not
+# the OOM killer); a kernel that dies or hangs is restarted and the rest of the notebook graded.
+c.IsolatedExecute.kernel_memory_limit_gib = 8
 # Ordinary cells: a cell still running after 120 s is interrupted and the rest is graded.
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True

@@ -204,10 +204,9 @@ def _audit(event: str, args: tuple) -> None:
 
 
 def _configure_files(secret_dirs, write_protected) -> None:
-    """Folders to keep secret and to keep unchanged; the working and temp folders stay writable."""
+    """Folders to keep secret and to keep unchanged (the working folder inside them excepted)."""
     import site
     import sysconfig
-    import tempfile
 
     paths = sysconfig.get_paths()
     secret = [os.path.join(REPOSITORY, "solutions"), os.path.join(REPOSITORY, "source"), *secret_dirs]
@@ -215,7 +214,7 @@ def _configure_files(secret_dirs, write_protected) -> None:
                  paths["stdlib"], *site.getsitepackages(), *write_protected]
     _state.update(secret=tuple(os.path.abspath(p) for p in secret),
                   write_protected=tuple(os.path.abspath(p) for p in protected),
-                  write_allowed=(os.path.abspath(os.getcwd()), os.path.abspath(tempfile.gettempdir())))
+                  write_allowed=(os.path.abspath(os.getcwd()),))
 
 
 # --- the worker ------------------------------------------------------------------------------
@@ -492,7 +491,7 @@ def cap_resources(memory_gib: float | None, file_mib: float | None = None) -> No
 def install_kernel(*, memory_gib: float | None, secret_dirs=(), write_protected=()) -> None:
     """Kernel under autograde: cap memory, keep the course's secrets and code out of reach.
 
-    Writing stays allowed in the kernel's working folder (the submission) and the temp folder.
+    Writing stays allowed in the kernel's working folder (the submission) and outside the course.
     """
     if _state["mode"] is not None:
         return

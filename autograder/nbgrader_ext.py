@@ -32,7 +32,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Float, Integer
+from traitlets import Float, Integer, List, Unicode
 
 from .core import CheckResult, get_check, shorten
 from .isolation import run_check
@@ -135,6 +135,12 @@ class IsolatedExecute(Execute):
         help="Upper bound on every check's own timeout, seconds (None: each check's timeout)."
     ).tag(config=True)
 
+    protected_dirs = List(
+        Unicode(), help="More folders that student code (kernel and checks) may not write into, "
+                        "besides the course root, the grader's package and the Python environment "
+                        "(e.g. the class course when grading in a scratch copy)."
+    ).tag(config=True)
+
     max_kernel_restarts = Integer(
         10, help="Restarts of a dead or stuck kernel per notebook; after that the cells that "
                  "had run are no longer replayed into the new kernel."
@@ -147,7 +153,7 @@ class IsolatedExecute(Execute):
         root = os.path.abspath(os.getcwd())  # nbgrader runs from the course root
         source = self.config.CourseDirectory.get("source_directory", "source")
         self._secret_dirs = (os.path.join(root, source),)
-        self._write_protected = (root,)
+        self._write_protected = (root, *(os.path.abspath(d) for d in self.protected_dirs))
         calls = [c for cell in nb.cells if _is_test_cell(cell) for c in parse_grade_cell(cell.source) or []]
         uncapped = any(get_check(c.check_id).memory_limit_gib is None for c in calls)
         self._kernel_memory = None if uncapped else self.kernel_memory_limit_gib
