@@ -76,8 +76,9 @@ def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
         return failed(f"Проверка не запускалась: эта же функция уже не завершилась за {_HUNG[digest]:g} с "
                       "на предыдущей проверке (бесконечный цикл?).")
     env = {**os.environ, **WORKER_ENV}
-    with tempfile.TemporaryDirectory(prefix="autograder-") as workdir, \
-            tempfile.TemporaryDirectory(prefix="autograder-out-") as outdir:
+    # What student code leaves in its folder must not make the cleanup raise in the grader.
+    with tempfile.TemporaryDirectory(prefix="autograder-", ignore_cleanup_errors=True) as workdir, \
+            tempfile.TemporaryDirectory(prefix="autograder-out-", ignore_cleanup_errors=True) as outdir:
         out_path, err_path = os.path.join(outdir, "reply"), os.path.join(outdir, "stderr")
         with open(out_path, "ab") as out, open(err_path, "ab") as err:
             process = subprocess.Popen(

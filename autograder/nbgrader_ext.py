@@ -178,7 +178,7 @@ class IsolatedExecute(Execute):
             return await self._execute_or_recover(cell, cell_index, execution_count, store_history)
 
         names = sorted({n for call in calls for n in call.names})
-        with tempfile.TemporaryDirectory(prefix="autograder-export-") as folder:
+        with tempfile.TemporaryDirectory(prefix="autograder-export-", ignore_cleanup_errors=True) as folder:
             path = os.path.join(folder, "objects.json")
             source = cell.source
             cell.source = EXPORT_CODE.format(path=path, names=names)
