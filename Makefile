@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: lab test release check-release autograde report bench clean
+.PHONY: lab test test-full release check-release autograde report bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ lab: $(VENV)/.installed
 ## test: the whole test suite (what CI runs)
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+## test-full: the same, with every bank submission graded through nbgrader autograde (slow)
+test-full: $(VENV)/.installed
+	COURSE_FULL_AUTOGRADE=1 $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 ## release: regenerate notebooks/ from solutions/ with nbgrader generate_assignment
 release: $(VENV)/.installed

@@ -1,16 +1,29 @@
 """Does every check pass the reference and its rewrites, and fail exactly the known mistakes?
 
-In-process and fast: each check runs in its worker as under nbgrader, but without a kernel.
-tests/test_autograde.py repeats the verdicts through the real `nbgrader autograde`.
+In-process and fast: the check functions run directly in the test process, on the bank's answers.
+The isolation around them (worker process, guard, nbgrader) is tested on its own in
+tests/test_hardening_*.py, and tests/test_autograde.py repeats bank verdicts through the real
+`nbgrader autograde` (all of them with `make test-full`).
 """
+import contextlib
+
 import pytest
 
 from autograder import course
-from autograder.notebook import run
+from autograder.core import CheckFailed, get_check
 from bank import Submission, banks, grade_calls, namespace
 
 CASES = [(lesson, s) for lesson, bank in banks().items()
          for s in [Submission("reference", {})] + bank.CORRECT + bank.WRONG]
+
+
+@pytest.fixture(autouse=True)
+def without_worker_guard(monkeypatch):
+    """The guard belongs to the worker process (tested in tests/test_hardening_*.py); here the
+    check logic runs alone, so student calls go through call_student without it."""
+    from autograder import guard
+
+    monkeypatch.setattr(guard, "student_code", contextlib.nullcontext)
 
 
 def failed_checks(lesson: str, submission: Submission) -> dict[str, str]:
@@ -18,9 +31,12 @@ def failed_checks(lesson: str, submission: Submission) -> dict[str, str]:
     failed = {}
     for calls in grade_calls(lesson).values():
         for call in calls:
-            result = run(call.check_id, *[ns[name] for name in call.names], cases=call.cases)
-            if not result.passed:
-                failed.setdefault(call.check_id, result.message)
+            check = get_check(call.check_id)
+            objects = [ns[name] for name in call.names]
+            try:
+                check.function(*objects, **({"cases": call.cases} if call.cases is not None else {}))
+            except CheckFailed as failure:
+                failed.setdefault(call.check_id, str(failure))
     return failed
 
 
