@@ -68,7 +68,7 @@ CLASS = {
         ]},
         loses=set(),
         says={"# exit": "Ядро Python завершилось", "# segfault": "Ядро Python завершилось",
-              "# bomb": "MemoryError", "# hang": "KeyboardInterrupt",
+              "# bomb": "MemoryError", "# hang": "CellTimeoutError",  # interrupted (or, if slow, restarted)
               "# deaf": "не ответила на прерывание", "# parricide": "сигналы другим процессам",
               "# after": "после всего 42"}),
     "function_exits": dict(
