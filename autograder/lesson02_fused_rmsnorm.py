@@ -235,8 +235,13 @@ def add_memory(fused_add_rms_norm, cases=({"T": 2048, "D": 1024, "seed": 13},)):
         x, w = _case_inputs(c["T"], c["D"], c["seed"])
         residual = normal(x.shape, c["seed"] + 1)
         case = describe_case(**c)
-        peak = measure_peak(fused_add_rms_norm, x, residual.copy(), w, 1e-6, case=case,
+        peak = measure_peak(fused_add_rms_norm, x.copy(), residual.copy(), w.copy(), 1e-6, case=case,
                             what="fused_add_rms_norm")
+        if not (isinstance(peak.result, tuple) and len(peak.result) == 2):
+            raise CheckFailed(f"fused_add_rms_norm должна вернуть пару (out, residual) ({case}).")
+        out_expected, h_expected = reference.add_rms_norm(x, residual, w, 1e-6)
+        compare(peak.result[0], out_expected, case=case, name="out")
+        compare(peak.result[1], h_expected, case=case, name="обновлённый residual (x + residual)")
         output = c["T"] * c["D"] * 4
         allowed = 2 * memory_bound(c["T"], c["D"])  # out and, unless updated in place, the new residual
         if peak.bytes > allowed:

@@ -102,9 +102,8 @@ CLASS = {
             class Yes:
                 def __eq__(self, other): return True
             return Yes(), np.full_like(x, np.inf)""")},
-        # The NaN array has the right dtype and leaves x alone; add_memory does not look at the
-        # result (reported: lesson02.add_memory should compare it, as lesson02.memory does).
-        loses=RMS - {"test_lesson02_dtype", "test_lesson02_not_mutated"} | {"test_lesson02_add_equivalence"},
+        # The NaN array has the right dtype and leaves x alone.
+        loses=RMS - {"test_lesson02_dtype", "test_lesson02_not_mutated"} | ADD,
         says={"test_lesson02_equivalence": "NaN/inf", "test_lesson02_add_equivalence": "получено Yes"}),
     "redefines_grade_and_checks": dict(
         answers={"fused_rms_norm": cell("""

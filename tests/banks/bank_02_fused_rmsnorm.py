@@ -121,7 +121,7 @@ WRONG = [
 def fused_add_rms_norm(x, residual, w, eps=1e-6):
     residual += x
     return fused_rms_norm(x, w, eps), residual
-"""}, {"lesson02.add_equivalence"}, says="без прибавления residual"),
+"""}, {"lesson02.add_equivalence", "lesson02.add_memory"}, says="без прибавления residual"),
     wrong("add_mutates_x", {"fused_add_rms_norm": """
 def fused_add_rms_norm(x, residual, w, eps=1e-6):
     x += residual
