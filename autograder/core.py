@@ -207,6 +207,16 @@ def compare(got: Any, expected: np.ndarray, *, case: str, dtype: str = "float32"
     return float(error.max()) if error.size else 0.0
 
 
+def require_unchanged(inputs: dict[str, tuple[np.ndarray, np.ndarray]], *, case: str, what: str,
+                      hint: str | Callable[[str], str]) -> None:
+    """Raise CheckFailed if an input changed: ``inputs`` maps a name to (original, what was passed)."""
+    for name, (before, after) in inputs.items():
+        if not np.array_equal(before, after):
+            changed = int(np.sum(before != after))
+            text = hint(name) if callable(hint) else hint
+            raise CheckFailed(f"{what} изменила вход {name}: {changed} элементов ({case}).\n{text}")
+
+
 def describe_case(**params) -> str:
     """``T=4096, D=512, seed=1`` — how every message names its case."""
     return ", ".join(f"{k}={v}" for k, v in params.items())

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import reference
-from .core import CheckFailed, call_student, check, compare, describe_case, require_array
+from .core import (CheckFailed, call_student, check, compare, describe_case, require_array,
+                   require_unchanged)
 from .inputs import normal
 from .memory import MiB, measure_peak, peak_table
 from .mistakes import compare_or_name, identify
@@ -154,12 +155,9 @@ def not_mutated(fused_rms_norm, cases=({"T": 64, "D": 256, "seed": 9},)):
         x_in, w_in = x.copy(), w.copy()
         case = describe_case(**c)
         call_student(fused_rms_norm, x_in, w_in, 1e-6, case=case, what="fused_rms_norm")
-        for name, before, after in (("x", x, x_in), ("w", w, w_in)):
-            if not np.array_equal(before, after):
-                changed = int(np.sum(before != after))
-                raise CheckFailed(f"функция изменила вход {name}: {changed} элементов ({case}). "
-                                  "Подсказка: операции вида x *= ... или out=x пишут во вход; "
-                                  "пишите в новый выходной массив.")
+        require_unchanged({"x": (x, x_in), "w": (w, w_in)}, case=case, what="функция",
+                          hint="Подсказка: операции вида x *= ... или out=x пишут во вход; "
+                               "пишите в новый выходной массив.")
 
 
 @check("lesson02.dtype", points=1, title="Выход float32 формы (T, D)")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import reference
-from .core import CheckFailed, call_student, check, compare, describe_case, require_array
+from .core import (CheckFailed, call_student, check, compare, describe_case, require_array,
+                   require_unchanged)
 from .inputs import normal
 from .lesson01_hbm_intensity import expect_number, expected_swiglu_bytes
 from .memory import MiB, measure_peak, peak_table
@@ -142,12 +143,9 @@ def not_mutated(fused_swiglu, cases=({"T": 32, "D": 256, "I": 128, "seed": 2},))
         x_in, w_in = x.copy(), w.copy()
         case = describe_case(**c, row_0="×100")
         call_student(fused_swiglu, x_in, w_in, case=case, what="fused_swiglu")
-        for name, before, after in (("x", x, x_in), ("W_gate_up", w, w_in)):
-            if not np.array_equal(before, after):
-                changed = int(np.sum(before != after))
-                raise CheckFailed(f"fused_swiglu изменила вход {name}: {changed} элементов ({case}).\n"
-                                  "Подсказка: на месте (out=..., *=, np.clip(..., out=x)) можно менять только "
-                                  "собственный выход GEMM, а не входы.")
+        require_unchanged({"x": (x, x_in), "W_gate_up": (w, w_in)}, case=case, what="fused_swiglu",
+                          hint="Подсказка: на месте (out=..., *=, np.clip(..., out=x)) можно менять только "
+                               "собственный выход GEMM, а не входы.")
 
 
 @check("lesson03.dtype", points=1, title="Выход float32 формы (T, I)")

@@ -15,7 +15,8 @@ import numpy as np
 import numpy.random  # noqa: F401  loaded before student code runs: the guard refuses lazy imports after
 
 from . import reference
-from .core import CheckFailed, call_student, check, compare, describe_case, require_array
+from .core import (CheckFailed, call_student, check, compare, describe_case, require_array,
+                   require_unchanged)
 from .inputs import normal
 from .memory import MiB, measure_peak, peak_table
 from .mistakes import identify
@@ -383,14 +384,10 @@ def _contract(fn, name: str, cases) -> str:
             case = describe_case(**c, causal=causal)
             inputs = (Q.copy(), K.copy(), V.copy())
             got = call_student(fn, *inputs, Br=c["Br"], Bc=c["Bc"], causal=causal, case=case, what=name)
-            for label, before, after in zip("QKV", (Q, K, V), inputs):
-                if not np.array_equal(before, after):
-                    changed = int(np.sum(before != after))
-                    raise CheckFailed(
-                        f"{name} изменила вход {label}: {changed} элементов ({case}).\n"
-                        f"Срез {label}[i0:i0 + B] — это view: {label}i *= scale или np.multiply(..., "
-                        f"out={label}i) пишут прямо в {label}. Масштабируйте копию: "
-                        f"{label}i = {label}[i0:i0 + B] * scale.")
+            require_unchanged(dict(zip("QKV", zip((Q, K, V), inputs))), case=case, what=name,
+                              hint=lambda label: f"Срез {label}[i0:i0 + B] — это view: {label}i *= scale или "
+                                                 f"np.multiply(..., out={label}i) пишут прямо в {label}. "
+                                                 f"Масштабируйте копию: {label}i = {label}[i0:i0 + B] * scale.")
             require_array(got, shape=(n, d), dtype="float32", case=case, name=f"результат {name}")
             if not np.any(got):
                 raise CheckFailed(f"{name} вернула одни нули ({case}).")
