@@ -7,7 +7,9 @@ MemoryError, and ``os._exit`` or a segfault ends only the worker: every case bec
 check with a Russian message, never a dead kernel or a stalled autograde.
 
 The worker's output goes to files, not pipes (a student printing gigabytes cannot fill the
-grader's memory), and only a reply line that starts with this run's nonce is believed.
+grader's memory), and only a reply line that starts with this run's nonce is believed.  When no
+verdict arrives, the message quotes the end of what the process printed (the student's output
+included): a crash usually says why there.
 """
 from __future__ import annotations
 
@@ -63,10 +65,6 @@ def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
     check = get_check(check_id)
     timeout = check.timeout_s if timeout_s is None else timeout_s
     nonce = secrets.token_hex(16)
-    request = pickle.dumps({"check_id": check_id, "cases": cases, "payloads": list(payloads),
-                            "memory_limit_gib": check.memory_limit_gib, "nonce": nonce,
-                            "secret_dirs": tuple(secret_dirs),
-                            "write_protected": tuple(write_protected)})
 
     def failed(message: str) -> CheckResult:
         return CheckResult(check_id, check.title, check.points, False, message)
@@ -80,6 +78,11 @@ def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
     with tempfile.TemporaryDirectory(prefix="autograder-", ignore_cleanup_errors=True) as workdir, \
             tempfile.TemporaryDirectory(prefix="autograder-out-", ignore_cleanup_errors=True) as outdir:
         out_path, err_path = os.path.join(outdir, "reply"), os.path.join(outdir, "stderr")
+        output_path = os.path.join(outdir, "output")  # what runs in the worker prints, student code included
+        request = pickle.dumps({"check_id": check_id, "cases": cases, "payloads": list(payloads),
+                                "memory_limit_gib": check.memory_limit_gib, "nonce": nonce,
+                                "output_path": output_path, "secret_dirs": tuple(secret_dirs),
+                                "write_protected": tuple(write_protected)})
         with open(out_path, "ab") as out, open(err_path, "ab") as err:
             process = subprocess.Popen(
                 [sys.executable, "-I", "-m", "autograder.worker"], stdin=subprocess.PIPE,
@@ -98,11 +101,14 @@ def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
             process.wait()
         finally:
             _kill_group(process)  # whatever the student's code left running
-        return _parse_reply(check, process.returncode, nonce, _tail(out_path), _tail(err_path))
+        return _parse_reply(check, process.returncode, nonce, _tail(out_path),
+                            _tail(err_path) + _tail(output_path))
 
 
 def _tail(path: str, limit: int = 64 * 1024) -> bytes:
-    """The last ``limit`` bytes of a worker's output file (the reply is written last)."""
+    """The last ``limit`` bytes of a worker's output file (the reply is written last); b"" if none."""
+    if not os.path.exists(path):
+        return b""
     with open(path, "rb") as handle:
         handle.seek(0, os.SEEK_END)
         handle.seek(max(0, handle.tell() - limit))
@@ -125,7 +131,9 @@ def _parse_reply(check, returncode: int, nonce: str, out: bytes, err: bytes) -> 
             return CheckResult(check.id, check.title, check.points, reply["passed"] is True,
                                str(reply["message"]), reply.get("mistake"))
         except (ValueError, KeyError, TypeError):
-            pass
+            return CheckResult(check.id, check.title, check.points, False,
+                               "Проверка вернула нечитаемый ответ (внутренняя ошибка проверки): "
+                               + shorten(replies[-1].decode("ascii", "replace"), 300))
     if returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
         what = {"SIGSEGV": "обращение к недопустимой памяти (segfault)",

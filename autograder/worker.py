@@ -1,8 +1,8 @@
 """The worker process: ``python -I -m autograder.worker`` runs one check and writes one reply line.
 
-Order matters: read the request, keep the real stdout for the reply, send fd 1 and 2 to a
-scratch file (the student's prints and warnings must not reach the reply or nbgrader's
-stderr), cap memory and file sizes, import the check (so it captures numpy, tracemalloc and
+Order matters: read the request, keep the real stdout for the reply, send fd 1 and 2 to an
+output file of the grader's (the student's prints and warnings must not reach the reply or
+nbgrader's stderr), cap memory and file sizes, import the check (so it captures numpy, tracemalloc and
 friends before any student code exists), install the guard, and only then unpickle the
 student's objects.
 
@@ -41,10 +41,11 @@ def main() -> None:
     nonce = request.pop("nonce").encode("ascii")
     sys.dont_write_bytecode = True
     reply_fd = os.dup(1)
-    scratch = tempfile.TemporaryFile()
-    os.dup2(scratch.fileno(), 1)
-    os.dup2(scratch.fileno(), 2)
-    sys.stdout = sys.stderr = open(scratch.fileno(), "w", closefd=False)
+    output_path = request.pop("output_path", None)  # the grader quotes its end when no verdict comes
+    output = open(output_path, "w+b") if output_path else tempfile.TemporaryFile()
+    os.dup2(output.fileno(), 1)
+    os.dup2(output.fileno(), 2)
+    sys.stdout = sys.stderr = open(output.fileno(), "w", closefd=False)
 
     from autograder import guard
     from autograder.core import CheckFailed, get_check, shorten

@@ -262,6 +262,8 @@ def test_bad_outputs_fail_with_a_clear_short_message(what, body, phrase):
 
 CRASHES = [
     ("os._exit", "import os; os._exit(3)", "завершился с кодом 3"),
+    ("os._exit after a print: the message quotes the output", "print('последнее слово', flush=True); "
+     "import os; os._exit(3)", "последнее слово"),
     ("sys.exit", "import sys; sys.exit(0)", "SystemExit"),
     ("a segfault", "import faulthandler; faulthandler._sigsegv()", "segfault"),
     ("a segfault through ctypes", "import ctypes; ctypes.string_at(0)", "ctypes"),
