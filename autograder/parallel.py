@@ -298,6 +298,20 @@ def _last_error(done: dict) -> str:
 _WORKER: dict = {}
 
 
+def worker_config(course: Course, home: Path):
+    """The class course's nbgrader config, pointed at a worker's scratch course in ``home``.
+
+    Student code there may not write into the class course either: the kernel guard protects
+    the scratch course (nbgrader's working folder) by itself, the class course only when told.
+    """
+    config = copy.deepcopy(course.config)
+    config.CourseDirectory.root = str(home)
+    config.CourseDirectory.db_url = f"sqlite:///{home / 'gradebook.db'}"
+    protected = list(config.IsolatedExecute.get("protected_dirs", []))
+    config.IsolatedExecute.protected_dirs = [*protected, str(Path(course.root).resolve())]
+    return config
+
+
 def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus) -> None:
     """Worker process: its own scratch course with a private copy of the gradebook snapshot."""
     _use_nbgrader_env()
@@ -309,10 +323,7 @@ def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus) -> No
     log = open(home / "nbgrader.log", "ab", buffering=0)
     os.dup2(log.fileno(), 1)  # nbgrader's log and the kernels' chatter, not the progress bar
     os.dup2(log.fileno(), 2)
-    config = copy.deepcopy(course.config)
-    config.CourseDirectory.root = str(home)
-    config.CourseDirectory.db_url = f"sqlite:///{home / 'gradebook.db'}"
-    mine = Course(home, config)
+    mine = Course(home, worker_config(course, home))
     shutil.copy(Path(scratch) / "gradebook.snapshot.db", home / "gradebook.db")
     for lesson in lessons:
         shutil.copytree(course.source(lesson), mine.source(lesson), dirs_exist_ok=True)

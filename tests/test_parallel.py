@@ -178,3 +178,17 @@ def test_a_second_writer_is_stopped(tmp_path):
         with pytest.raises(RuntimeError, match="уже идёт"):
             with parallel._course_lock(held):
                 pass
+
+
+def test_workers_keep_student_code_out_of_the_class_course(tmp_path):
+    """Does a worker's config add the class course to the folders student code may not write into?"""
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "nbgrader_config.py").write_text(
+        "c = get_config()\nc.IsolatedExecute.protected_dirs = ['/srv/shared-data']\n")
+    class_course = parallel.load_course(tmp_path / "class")
+    config = parallel.worker_config(class_course, tmp_path / "worker-1")
+    assert config.IsolatedExecute.protected_dirs == ["/srv/shared-data", str((tmp_path / "class").resolve())]
+    assert config.CourseDirectory.root == str(tmp_path / "worker-1")
+    assert class_course.config.IsolatedExecute.protected_dirs == ["/srv/shared-data"]  # not changed in place
+    from autograder.nbgrader_ext import IsolatedExecute
+    assert IsolatedExecute(config=config).protected_dirs == config.IsolatedExecute.protected_dirs
