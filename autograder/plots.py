@@ -37,14 +37,15 @@ def measure_peaks(functions: Mapping[str, Callable], sizes: Sequence[int],
 
 def plot_peaks(sizes: Sequence[int], peaks: Mapping[str, Sequence[int]], *, xlabel: str,
                title: str, reference: Mapping[str, Sequence[float]] | None = None, log: bool = True):
-    """Peak memory (MiB) against size, one line per function, dashed reference lines."""
+    """Peak memory (MiB) against size, one line per function, grey reference lines (each its own dash)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, values in peaks.items():
         ax.plot(sizes, np.asarray(values) / MiB, marker="o", label=name)
-    for name, values in (reference or {}).items():
-        ax.plot(sizes, np.asarray(values) / MiB, linestyle="--", color="gray", label=name)
+    styles = ("--", ":", "-.")  # grey like the theory they are, told apart by the dash
+    for k, (name, values) in enumerate((reference or {}).items()):
+        ax.plot(sizes, np.asarray(values) / MiB, linestyle=styles[k % len(styles)], color="gray", label=name)
     if log:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
