@@ -116,7 +116,8 @@ def run_all_cells(page) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     for _ in range(3):
-        page.locator(".jp-Notebook .jp-Cell").first.click()  # makes the notebook the current widget
+        # the cell's top-left corner (its prompt area, never a link): makes the notebook the current widget
+        page.locator(".jp-Notebook .jp-Cell").first.click(position={"x": 10, "y": 10})
         page.get_by_text("Run", exact=True).first.click()
         page.get_by_text("Run All Cells", exact=True).click()
         try:
