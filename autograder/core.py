@@ -22,6 +22,13 @@ import numpy as np
 class CheckFailed(AssertionError):
     """A graded property does not hold; the message is meant for the student (Russian)."""
 
+    def _render_traceback_(self) -> list[str]:
+        """IPython shows this instead of a traceback: the grader's frames tell a student nothing.
+
+        The same one entry that an autograded cell shows (nbgrader_ext).
+        """
+        return [f"CheckFailed: {self}"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Check:

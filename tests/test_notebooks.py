@@ -49,3 +49,17 @@ def test_student_notebooks_are_current_and_without_outputs():
     """Is notebooks/ exactly what `make release` generates, and is no notebook committed with outputs?"""
     assert course.stale_release() == []
     assert notebooks_with_outputs() == []
+
+
+def test_a_failed_check_shows_the_verdict_not_the_graders_traceback():
+    """In the student's kernel, does a failing grade() cell show one entry, the Russian verdict?"""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "from autograder import grade\n"
+        "def fused_rms_norm(x, w, eps=1e-6):\n"
+        "    return x\n"
+        "grade('lesson02.equivalence', fused_rms_norm)")])
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    error = nb.cells[0].outputs[-1]
+    assert error.output_type == "error" and error.ename == "CheckFailed"
+    assert error.traceback == [f"CheckFailed: {error.evalue}"]
+    assert "Эквивалентность" in error.evalue and "notebook.py" not in error.traceback[0]
