@@ -39,23 +39,30 @@ SOFTMAXES = (0.25, 0.5, 1.0, 2.0, 3.0)
 
 # --- parameter sets ---------------------------------------------------------------------------
 
-def _param_sets(cases, stages=(2, 3, 4)) -> list[dict]:
-    """Explicit cases as they are; ``{"seed": s, "count": c}`` draws c seeded parameter sets."""
+def _expand(cases, draw, count: int) -> list[dict]:
+    """Explicit cases as they are; ``{"seed": s, "count": c}`` becomes c sets ``draw(rng, case)``."""
     sets = []
     for c in cases:
         if "seed" not in c:
             sets.append(dict(c))
             continue
         rng = np.random.default_rng(c["seed"])
-        for _ in range(c.get("count", 20)):
-            p = {"n_tiles": int(rng.integers(1, c.get("n_max", 16) + 1)),
-                 "t_load": float(rng.choice(LOADS)), "t_gemm": float(rng.choice(GEMMS)),
-                 "t_softmax": float(rng.choice(SOFTMAXES)), "stages": int(rng.choice(stages))}
-            if c.get("strict"):  # copy-bound or compute-bound, never the tie
-                if p["t_load"] == 2 * p["t_gemm"] + p["t_softmax"]:
-                    p["t_load"] += 0.25
-            sets.append(p)
+        sets.extend(draw(rng, c) for _ in range(c.get("count", count)))
     return sets
+
+
+def _param_sets(cases, stages=(2, 3, 4)) -> list[dict]:
+    """Pipeline parameter sets: tiles, load/GEMM/softmax times and ring depth."""
+    def draw(rng, c):
+        p = {"n_tiles": int(rng.integers(1, c.get("n_max", 16) + 1)),
+             "t_load": float(rng.choice(LOADS)), "t_gemm": float(rng.choice(GEMMS)),
+             "t_softmax": float(rng.choice(SOFTMAXES)), "stages": int(rng.choice(stages))}
+        if c.get("strict"):  # copy-bound or compute-bound, never the tie
+            if p["t_load"] == 2 * p["t_gemm"] + p["t_softmax"]:
+                p["t_load"] += 0.25
+        return p
+
+    return _expand(cases, draw, 20)
 
 
 def _number(got, *, what: str, case: str) -> float:
@@ -370,17 +377,13 @@ OVERLAP_CASES = ({"seed": 4, "count": 12},)
 
 
 def _overlap_sets(cases) -> list[dict]:
-    sets = []
-    for c in cases:
-        if "seed" not in c:
-            sets.append(dict(c))
-            continue
-        rng = np.random.default_rng(c["seed"])
-        for _ in range(c.get("count", 10)):
-            gemm = float(rng.choice(GEMMS))
-            sets.append({"n_tiles": int(rng.integers(2, 13)), "t_load": float(rng.choice((0.0, 0.25, 0.5))),
-                         "t_gemm": gemm, "t_softmax": float(rng.choice(SOFTMAXES)), "stages": 3})
-    return sets
+    """Parameter sets for the intra-warpgroup overlap: short loads, a 3-stage ring."""
+    def draw(rng, c):
+        gemm = float(rng.choice(GEMMS))
+        return {"n_tiles": int(rng.integers(2, 13)), "t_load": float(rng.choice((0.0, 0.25, 0.5))),
+                "t_gemm": gemm, "t_softmax": float(rng.choice(SOFTMAXES)), "stages": 3}
+
+    return _expand(cases, draw, 10)
 
 
 @check("lesson06.overlap_program_makespan", points=2,
