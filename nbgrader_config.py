@@ -3,7 +3,7 @@
 Every nbgrader command run from this folder reads this file (run them through `make` or with
 .venv/bin on PATH: nbgrader shells out to `alembic`).
 """
-from autograder.nbgrader_ext import autograde_preprocessors
+from autograder.nbgrader_ext import autograde_preprocessors, sanitize_preprocessors, use_course_autograde
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
@@ -27,3 +27,9 @@ c.IsolatedExecute.kernel_memory_limit_gib = 8
 # Ordinary cells: a cell still running after 120 s is interrupted and the rest is graded.
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True
+
+# The submission's graded cells are made the gradebook's before grading (deleted test cells
+# restored, copies and unknown grade ids ignored), and `nbgrader autograde` regrades a
+# submission whose grading was cut short instead of skipping it (autograder/nbgrader_ext.py).
+c.Autograde.sanitize_preprocessors = sanitize_preprocessors()
+use_course_autograde()

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import tempfile
@@ -80,6 +81,8 @@ def _shard(text: str) -> tuple[int, int]:
 
 def _summary_exit(summary) -> int:
     print(summary.text())
+    if summary.stopped:
+        return 128 + int(getattr(signal.Signals, summary.stopped, signal.SIGINT))
     return 1 if summary.failed else 0
 
 

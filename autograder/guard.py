@@ -505,13 +505,23 @@ def cap_resources(memory_gib: float | None, file_mib: float | None = None) -> No
 
 # --- the student's kernel under autograde ----------------------------------------------------
 
-def install_kernel(*, memory_gib: float | None, secret_dirs=(), write_protected=()) -> None:
+def install_kernel(*, memory_gib: float | None, secret_dirs=(), write_protected=(),
+                   submission_dir: str | None = None) -> None:
     """Kernel under autograde: cap memory, keep the course's secrets and code out of reach.
 
-    Writing stays allowed in the kernel's working folder (the submission) and outside the course.
+    The kernel was started in an empty folder, so that nothing the student submitted beside the
+    notebook (a ``numpy.py``, an ``autograder.py``) could be imported before this runs.  Only now
+    does it move into ``submission_dir``, which goes to the END of ``sys.path``: a helper module
+    of the student's is importable, a file named like an installed module never shadows it.
+    Writing stays allowed in the submission folder and outside the course.
     """
     if _state["mode"] is not None:
         return
+    if submission_dir is not None:
+        start = os.path.abspath(os.getcwd())
+        sys.path[:] = [p for p in sys.path if p not in ("", ".") and os.path.abspath(p) != start]
+        os.chdir(submission_dir)
+        sys.path.append(os.path.abspath(submission_dir))
     cap_resources(memory_gib, 1024)
     _configure_files(secret_dirs, write_protected)
     _state["mode"] = "kernel"

@@ -13,6 +13,7 @@ included): a crash usually says why there.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -41,8 +42,28 @@ class PayloadError(Exception):
     """The student's objects could not be serialised for the worker."""
 
 
+def student_modules(folder: str | None = None) -> list:
+    """Modules imported from the notebook's folder (a student's helper ``rmshelper.py``).
+
+    The check worker never sees that folder, so such modules travel by value with the objects
+    that use them, exactly like functions defined in the notebook.
+    """
+    folder = os.path.abspath(folder or os.getcwd())
+    found = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if (isinstance(path, str) and name.split(".")[0] != "autograder"
+                and os.path.abspath(path).startswith(folder + os.sep)):
+            found.append(module)
+    return found
+
+
 def pack_one(obj) -> bytes:
-    """Serialise one student object by value (functions from the notebook included)."""
+    """Serialise one student object by value (functions from the notebook and from the
+    student's own modules beside it included)."""
+    for module in student_modules():
+        with contextlib.suppress(Exception):
+            cloudpickle.register_pickle_by_value(module)
     try:
         return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as error:  # unpicklable closures, generators, open files...

@@ -23,6 +23,7 @@ import base64
 import contextlib
 import copy
 import dataclasses
+import glob
 import json
 import os
 import tempfile
@@ -31,9 +32,12 @@ from jupyter_client.utils import ensure_async
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
-from nbgrader.preprocessors import Execute
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.converters import Autograde
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Float, Integer, List, Unicode
 
+from . import submission
 from .core import CheckResult, get_check, shorten
 from .isolation import run_check
 
@@ -82,12 +86,20 @@ del _autograder_export
 
 KERNEL_SETUP_CODE = """\
 import autograder.guard as _autograder_guard
-_autograder_guard.install_kernel(memory_gib={memory!r}, secret_dirs={secret!r}, write_protected={protected!r})
+_autograder_guard.install_kernel(memory_gib={memory!r}, secret_dirs={secret!r}, write_protected={protected!r},
+                                 submission_dir={submission!r})
 del _autograder_guard
 """
 
 #: The export file is written by the student's kernel: never read more than this.
 MAX_EXPORT_BYTES = 512 * 2**20
+
+#: Outputs a cell may leave in the graded notebook (and the grader's memory), bytes of text/data.
+MAX_CELL_OUTPUT_BYTES = 1024 * 1024
+#: MIME type of the note that replaces what was cut: data, not text, for the tools that count it.
+OUTPUT_CUT_MIME = "application/vnd.course-autograder.output-cut+json"
+OUTPUT_CUT = ("… вывод ячейки обрезан проверкой: больше {limit} КиБ. Большой вывод не нужен для оценки; "
+              "печатайте меньше.")
 
 KERNEL_DIED = ("Ядро Python завершилось во время этой ячейки (os._exit, segfault или нехватка памяти). "
                "Проверка перезапустила ядро, заново выполнила предыдущие ячейки (без этой) "
@@ -141,12 +153,27 @@ class IsolatedExecute(Execute):
                         "(e.g. the class course when grading in a scratch copy)."
     ).tag(config=True)
 
+    max_output_bytes = Integer(
+        MAX_CELL_OUTPUT_BYTES, help="Bytes of output one cell may keep; the rest is dropped as it "
+                                    "arrives, with one note saying so."
+    ).tag(config=True)
+
     max_kernel_restarts = Integer(
         10, help="Restarts of a dead or stuck kernel per notebook; after that the cells that "
                  "had run are no longer replayed into the new kernel."
     ).tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
+        # The kernel starts in an empty folder and moves into the submission only once hardened:
+        # a file beside the notebook (numpy.py, autograder.py, ipython_config.py) runs before
+        # nothing and shadows nothing (guard.install_kernel).
+        self._submission_dir = os.path.abspath((resources or {}).get("metadata", {}).get("path") or os.getcwd())
+        with tempfile.TemporaryDirectory(prefix="autograder-kernel-", ignore_cleanup_errors=True) as start:
+            self._kernel_start_dir = start
+            return self._preprocess(nb, resources, km)
+
+    def _preprocess(self, nb, resources, km):
+        self._output_bytes = {}  # cell index -> bytes of output received while it ran
         self._completed = []  # indices of cells that ran to the end: replayed after a restart
         self._restarts = 0
         self._timed_out = False
@@ -159,13 +186,19 @@ class IsolatedExecute(Execute):
         self._kernel_memory = None if uncapped else self.kernel_memory_limit_gib
         return super().preprocess(nb, resources, km)
 
+    async def async_start_new_kernel(self, **kwargs):
+        kwargs["cwd"] = self._kernel_start_dir
+        return await super().async_start_new_kernel(**kwargs)
+
     async def async_start_new_kernel_client(self):
         kc = await super().async_start_new_kernel_client()
         code = KERNEL_SETUP_CODE.format(memory=self._kernel_memory, secret=self._secret_dirs,
-                                        protected=self._write_protected)
+                                        protected=self._write_protected, submission=self._submission_dir)
         reply = await self.async_wait_for_reply(kc.execute(code, silent=True, store_history=False))
         if not reply or reply["content"]["status"] != "ok":
-            self.log.error("autograder: could not harden the kernel: %s", reply and reply["content"])
+            # Never grade with an unguarded kernel: the submission fails as a whole, and says why.
+            detail = reply and {k: reply["content"].get(k) for k in ("ename", "evalue")}
+            raise RuntimeError(f"autograder: could not harden the student's kernel: {detail}")
         return kc
 
     async def _async_handle_timeout(self, timeout, cell=None):
@@ -191,14 +224,30 @@ class IsolatedExecute(Execute):
         cell.outputs = verdict_outputs([self._run(call, exported) for call in calls])
         return cell
 
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep a cell's outputs below ``max_output_bytes``: a cell printing gigabytes costs the
+        grader neither memory nor a huge graded notebook."""
+        size = _message_size(msg)
+        used = self._output_bytes.get(cell_index, 0)
+        self._output_bytes[cell_index] = used + size
+        if used + size <= self.max_output_bytes:
+            return super().output(outs, msg, display_id, cell_index)
+        if used <= self.max_output_bytes:
+            limit = self.max_output_bytes // 1024
+            outs.append(NotebookNode(output_type="display_data", metadata={}, data={
+                "text/plain": OUTPUT_CUT.format(limit=limit), OUTPUT_CUT_MIME: {"limit_bytes": self.max_output_bytes}}))
+        return None
+
     # nbclient binds its sync wrappers to the base class's coroutines: rebind them to ours.
     execute_cell = run_sync(async_execute_cell)
+    start_new_kernel = run_sync(async_start_new_kernel)
     start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
     async def _execute_or_recover(self, cell, cell_index, execution_count=None, store_history=True,
                                   remember=True):
         """Run a cell; if the kernel dies or wedges, restart it and replay what had run."""
         self._timed_out = False
+        self._output_bytes[cell_index] = 0
         try:
             await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except (DeadKernelError, CellTimeoutError) as error:
@@ -275,6 +324,15 @@ class IsolatedExecute(Execute):
                          secret_dirs=self._secret_dirs, write_protected=self._write_protected)
 
 
+def _message_size(msg) -> int:
+    content = msg.get("content", {})
+    size = len(content.get("text", "") or "")
+    for value in (content.get("data") or {}).values():
+        size += len(value) if isinstance(value, str) else len(json.dumps(value))
+    size += sum(len(line) for line in content.get("traceback", []) or [])
+    return size
+
+
 def _is_test_cell(cell) -> bool:
     meta = cell.metadata.get("nbgrader", {})
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
@@ -290,6 +348,111 @@ def _read_export(path: str) -> dict:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+class SanitizeStructure(NbGraderPreprocessor):
+    """First sanitising step: the submission's graded cells become exactly the gradebook's.
+
+    Deleted graded cells come back, copies and unknown ids stop being graded cells, known cells
+    get their metadata from the gradebook (:func:`autograder.submission.repair`).  What was
+    repaired is logged as warnings that start with ``autograder:``, and kept in
+    ``resources["autograder_anomalies"]``.  nbgrader 0.9.6 alone scores a deleted test cell as
+    "needs manual grading", leaves a notebook with a new or renamed grade cell ungraded, and stops
+    the whole class run on a copied one.
+    """
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        with Gradebook(info["db_url"]) as gradebook:
+            cells = submission.source_cells(gradebook, info["notebook"], info["assignment"])
+        anomalies = submission.repair(nb, cells)
+        for anomaly in anomalies:
+            self.log.warning("autograder: %s/%s: %s", info["student"], info["assignment"], anomaly)
+        resources.setdefault("autograder_anomalies", []).extend(anomalies)
+        return nb, resources
+
+
+class CourseAutograde(Autograde):
+    """nbgrader's Autograde converter with two holes closed.
+
+    * A submission counts as done only when it is graded: one whose autograded notebook exists
+      but whose grades are missing in the gradebook or whose test cells carry no outputs (a run
+      killed between nbgrader writing the notebook and the grades) is graded again, not skipped.
+    * Student ids with glob characters (``[``, ``*``, ``?``) are found (nbgrader globs the
+      submission folder's own path and finds nothing).
+    """
+
+    def init_notebooks(self) -> None:
+        pattern = self._format_source(self.coursedir.assignment_id, self.coursedir.student_id)
+        literal = self._format_source(glob.escape(self.coursedir.assignment_id),
+                                      glob.escape(self.coursedir.student_id))
+        folders = set(glob.glob(pattern)) | set(glob.glob(literal))
+        self.assignments = {}
+        for folder in sorted(folders):
+            found = glob.glob(os.path.join(glob.escape(folder), self.coursedir.notebook_id + ".ipynb"))
+            if found:
+                self.assignments[folder] = found
+        if not self.assignments:
+            super().init_notebooks()  # nbgrader's own message and "did you mean"
+
+    def init_destination(self, assignment_id: str, student_id: str) -> bool:
+        if super().init_destination(assignment_id, student_id):
+            return True
+        dest = os.path.normpath(self._format_dest(assignment_id, student_id))
+        missing = incomplete_grading(self.coursedir.db_url, assignment_id, student_id,
+                                     [os.path.join(dest, os.path.basename(n)) for n in self.notebooks])
+        if not missing:
+            return False
+        self.log.warning("autograder: %s/%s was not graded to the end (%s): grading it again",
+                         student_id, assignment_id, missing)
+        for notebook in self.notebooks:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(dest, os.path.basename(notebook)))
+        return True
+
+
+def incomplete_grading(db_url: str, lesson: str, student: str, graded_notebooks: list[str]) -> str | None:
+    """Why a submission that has autograded notebooks is not completely graded (None: it is)."""
+    for path in graded_notebooks:
+        try:
+            nb = read_notebook(path)
+        except Exception:
+            return f"не читается {os.path.basename(path)}"
+        empty = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if _is_test_cell(c) and not c.get("outputs")]
+        if empty:
+            return f"нет вывода в ячейках {', '.join(empty[:3])}"
+    with Gradebook(db_url) as gradebook:
+        try:
+            found = gradebook.find_submission(lesson, student)
+        except MissingEntry:
+            return "нет записи в gradebook"
+        for notebook in found.notebooks:
+            solutions = {c.name for c in notebook.notebook.solution_cells}
+            unscored = [g.name for g in notebook.grades
+                        if g.auto_score is None and g.cell.cell_type == "code" and g.name not in solutions]
+            if unscored:
+                return f"нет баллов за {', '.join(unscored[:3])}"
+    return None
+
+
+def read_notebook(path: str):
+    import nbformat
+
+    return nbformat.read(path, as_version=nbformat.NO_CONVERT)
+
+
+def use_course_autograde() -> None:
+    """Make ``nbgrader autograde`` in this course use :class:`CourseAutograde` (called from
+    nbgrader_config.py: nbgrader offers no setting for the converter class)."""
+    from nbgrader.apps import autogradeapp
+
+    autogradeapp.Autograde = CourseAutograde
+
+
+def sanitize_preprocessors() -> list:
+    """nbgrader's sanitising steps, :class:`SanitizeStructure` first after ClearOutput."""
+    default = list(Autograde.class_traits()["sanitize_preprocessors"].default())
+    return [default[0], SanitizeStructure, *default[1:]]
 
 
 def autograde_preprocessors() -> list:

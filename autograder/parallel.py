@@ -27,7 +27,9 @@ graded on a GPU machine, or a shard of the class graded elsewhere.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import copy
 import dataclasses
@@ -36,9 +38,11 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 import warnings
 import zlib
@@ -48,6 +52,8 @@ from typing import Iterable
 import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.converters import Autograde
+
+from .nbgrader_ext import CourseAutograde
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import SaveAutoGrades
 from nbgrader.preprocessors.base import NbGraderPreprocessor
@@ -56,6 +62,7 @@ from traitlets import Unicode
 from traitlets.config import Config
 
 from . import course as course_module
+from . import status as status_module
 
 DEFAULT_STRUCTURE = os.path.join("{nbgrader_step}", "{student_id}", "{assignment_id}")
 LOCK_NAME = ".course-autograde.lock"
@@ -167,19 +174,18 @@ def shard(submissions: list[Submission], index: int, count: int) -> list[Submiss
 
 
 def pending(course: Course, submissions: list[Submission], force: bool = False) -> list[Submission]:
-    """Those nbgrader itself would grade: not yet autograded, or submitted again since (or all)."""
+    """Those to grade: not graded to the end (:func:`autograder.status.status`), submitted again
+    since they were graded (nbgrader's own rule), or all with ``force``."""
     if force:
         return list(submissions)
     coursedir = course.coursedir()
     todo = []
     for sub in submissions:
-        done = course.autograded(sub)
-        notebooks = [p.name for p in course.submitted(sub).glob("*.ipynb")]
-        if not all((done / name).exists() for name in notebooks):
+        if status_module.status(course, sub.lesson, sub.student).state is not status_module.State.GRADED:
             todo.append(sub)
             continue
         new = coursedir.get_existing_timestamp(str(course.submitted(sub)))
-        old = coursedir.get_existing_timestamp(str(done))
+        old = coursedir.get_existing_timestamp(str(course.autograded(sub)))
         if new is not None and old is not None and new > old:
             todo.append(sub)
     return todo
@@ -256,7 +262,7 @@ class Outcome:
 def run_autograde(config: Config, sub: Submission) -> dict:
     """nbgrader's Autograde converter for one submission, in-process: {success, log, error}."""
     coursedir = CourseDirectory(config=config, assignment_id=sub.lesson, student_id=sub.student)
-    converter = Autograde(coursedir=coursedir, config=config)
+    converter = CourseAutograde(coursedir=coursedir, config=config)
     converter.force = True
     converter.create_student = True
     with quiet():
@@ -313,7 +319,17 @@ def worker_config(course: Course, home: Path):
 
 
 def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus) -> None:
-    """Worker process: its own scratch course with a private copy of the gradebook snapshot."""
+    """Worker process: its own scratch course with a private copy of the gradebook snapshot.
+
+    It dies with the main process (PR_SET_PDEATHSIG) and then removes the scratch folder, which
+    holds a copy of the instructor's sources; Ctrl-C in the terminal is for the main process,
+    which stops the workers itself.
+    """
+    _die_with_parent(signal.SIGTERM)
+    signal.signal(signal.SIGINT, lambda *_: None)  # a handler, not SIG_IGN: children get the default
+    signal.signal(signal.SIGTERM, lambda *_: _remove_scratch_and_exit(scratch))
+    if os.getppid() != int(os.environ.get("COURSE_AUTOGRADE_PARENT", os.getppid())):
+        _remove_scratch_and_exit(scratch)  # the parent died before PR_SET_PDEATHSIG was set
     _use_nbgrader_env()
     if gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get())
@@ -328,6 +344,22 @@ def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus) -> No
     for lesson in lessons:
         shutil.copytree(course.source(lesson), mine.source(lesson), dirs_exist_ok=True)
     _WORKER.update(course=course, mine=mine)
+
+
+def _remove_scratch_and_exit(scratch: str) -> None:
+    shutil.rmtree(scratch, ignore_errors=True)
+    os._exit(1)
+
+
+def _die_with_parent(sig: int) -> None:
+    """Linux: deliver ``sig`` to this process when its parent dies (no-op elsewhere)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _grade(sub: Submission) -> tuple[Submission, str, dict | None, str, str]:
@@ -350,22 +382,76 @@ class Summary:
     skipped: int
     seconds: float
     workers: int
+    anomalies: dict[Submission, list] = dataclasses.field(default_factory=dict)
+    stopped: str = ""  # the signal that stopped the run early ("" when it ran to the end)
+    not_started: int = 0
 
     @property
     def failed(self) -> list[Outcome]:
         return [o for o in self.outcomes if not o.ok]
 
     def text(self) -> str:
-        if not self.outcomes:
-            return (f"Нечего записывать: новых работ нет (уже проверено: {self.skipped}; "
-                    "перепроверить все — --force).")
-        done = len(self.outcomes) - len(self.failed)
-        lines = [f"Проверено и записано в gradebook: {done} из {len(self.outcomes)} "
-                 f"за {self.seconds:.0f} с ({self.workers} проц.); уже проверенных пропущено: {self.skipped}."]
-        lines += [f"  ОШИБКА {o.submission}: {o.error}" for o in self.failed]
+        lines = []
+        if self.stopped:
+            lines.append(f"Остановлено ({self.stopped}): записано {len(self.outcomes) - len(self.failed)}, "
+                         f"не начато или прервано {self.not_started}; записанное в gradebook сохранено, "
+                         "повторный запуск проверит остальное.")
+        elif not self.outcomes:
+            lines.append(f"Нечего записывать: новых работ нет (уже проверено: {self.skipped}; "
+                         "перепроверить все — --force).")
+        else:
+            done = len(self.outcomes) - len(self.failed)
+            lines.append(f"Проверено и записано в gradebook: {done} из {len(self.outcomes)} "
+                         f"за {self.seconds:.0f} с ({self.workers} проц.); уже проверенных пропущено: {self.skipped}.")
+        lines += [f"  НЕ ПРОВЕРЕНА {o.submission}: {o.error}" for o in self.failed]
         if any(o.log for o in self.failed):
             lines.append(f"  Журналы nbgrader этих работ — в {ERROR_LOGS}/.")
+        noted = {sub: found for sub, found in sorted(self.anomalies.items(), key=lambda kv: str(kv[0])) if found}
+        if noted:
+            lines.append("Особенности работ (баллы за них не снимались, если не сказано иное):")
+            for sub, found in noted.items():
+                lines.append(f"  {sub}: " + "; ".join(str(a) for a in found))
         return "\n".join(lines)
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM reached the main process: stop at the next safe point."""
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """SIGINT/SIGTERM stop the run; while a submission is being recorded they wait for its end.
+
+    Yields a state dict: set ``state["critical"]`` around a recording; ``state["signal"]`` names
+    the signal once one arrived.
+    """
+    state = {"critical": False, "signal": ""}
+
+    def handler(signum, _frame):
+        state["signal"] = signal.Signals(signum).name
+        if not state["critical"]:
+            raise Stopped(state["signal"])
+
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield state
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def _critical(state):
+    state["critical"] = True
+    try:
+        yield
+    finally:
+        state["critical"] = False
+    if state["signal"]:
+        raise Stopped(state["signal"])
 
 
 def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int | None = None,
@@ -376,45 +462,142 @@ def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int |
     started = time.monotonic()
     _use_nbgrader_env()
     course = load_course(folder)
+    if not course.db_path.exists():
+        raise ValueError(f"В {course.root} нет {course.db_path.name}: сначала создайте задания в gradebook "
+                         "(make release или nbgrader generate_assignment УРОК).")
     chosen = select_lessons(course.lessons(), lessons, only_gpu=only_gpu, skip_gpu=skip_gpu)
     submissions = find_submissions(course, chosen, students)
     if shard_of:
         submissions = shard(submissions, *shard_of)
-    todo = pending(course, submissions, force)
-    workers = max(1, min(workers or len(gpus or []) or _cpus(), len(todo) or 1))
     outcomes: list[Outcome] = []
-    with _course_lock(course), tempfile.TemporaryDirectory(prefix="course-autograde-") as scratch:
-        if todo:
-            backup_sqlite(course.db_path, course.db_path.with_name(course.db_path.name + ".backup"))
-            backup_sqlite(course.db_path, Path(scratch) / "gradebook.snapshot.db")
-            context = multiprocessing.get_context("spawn")
-            queue = None
-            if gpus:
-                queue = context.Queue()
-                for index in range(workers):
-                    queue.put(gpus[index % len(gpus)])
-            bar = _bar(len(todo), f"Автопроверка, {workers} проц.", progress)
-            with bar, concurrent.futures.ProcessPoolExecutor(
-                    workers, mp_context=context, initializer=_start_worker,
-                    initargs=(str(course.root), scratch, sorted({s.lesson for s in todo}), queue)) as pool:
-                futures = {pool.submit(_grade, sub): sub for sub in todo}
-                try:
-                    for future in concurrent.futures.as_completed(futures):
+    summary = Summary(outcomes, 0, 0.0, 1)
+    todo: list[Submission] = []
+    with _stop_on_signals() as state:
+        try:
+            with _course_lock(course):
+                todo = pending(course, submissions, force)
+                summary.skipped = len(submissions) - len(todo)
+                summary.workers = max(1, min(workers or len(gpus or []) or _cpus(), len(todo) or 1))
+                if todo:
+                    _grade_all(course, todo, summary, state, gpus, progress)
+                summary.anomalies = {o.submission: status_module.anomalies(course, o.submission.lesson,
+                                                                          o.submission.student)
+                                     for o in outcomes}
+        except Stopped as stop:
+            summary.stopped = str(stop)
+            summary.not_started = len(todo) - len(outcomes)
+    outcomes.sort(key=lambda o: (o.submission.lesson, o.submission.student))
+    _keep_logs(course, outcomes)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _grade_all(course: Course, todo: list[Submission], summary: Summary, state, gpus, progress) -> None:
+    """Grade ``todo`` with a pool of workers; record each result as it comes (one writer).
+
+    At most one submission per worker is in flight, so when a worker dies (the OOM killer, a
+    kill) the pool's failure names only running submissions: they are graded again in a new
+    pool, and one that breaks the pool twice is reported as not graded.  Nothing else fails.
+    """
+    backup_sqlite(course.db_path, course.db_path.with_name(course.db_path.name + ".backup"))
+    _remove_stale_scratch()
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
+    (scratch / "owner.pid").write_text(str(os.getpid()))
+    os.environ["COURSE_AUTOGRADE_PARENT"] = str(os.getpid())
+    backup_sqlite(course.db_path, scratch / "gradebook.snapshot.db")
+    context = multiprocessing.get_context("spawn")
+    waiting = list(todo)
+    breaks: dict[Submission, int] = collections.Counter()
+    outcomes = summary.outcomes
+    bar = _bar(len(todo), f"Автопроверка, {summary.workers} проц.", progress)
+    pool = None
+    try:
+        with bar:
+            while waiting:
+                queue = None
+                if gpus:
+                    queue = context.Queue()
+                    for index in range(summary.workers):
+                        queue.put(gpus[index % len(gpus)])
+                pool = concurrent.futures.ProcessPoolExecutor(
+                    summary.workers, mp_context=context, initializer=_start_worker,
+                    initargs=(str(course.root), str(scratch), sorted({s.lesson for s in todo}), queue))
+                running: dict = {}
+                broken = False
+                while (waiting or running) and not broken:
+                    while waiting and len(running) < summary.workers:
+                        sub = waiting.pop(0)
+                        running[pool.submit(_grade, sub)] = sub
+                    done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                    for future in done:
+                        sub = running.pop(future)
                         try:
-                            outcome = _record_graded(course, *future.result())
-                        except Exception as error:  # e.g. a worker process died: the others go on
-                            outcome = Outcome(futures[future], None, f"сбой: {error!r}")
+                            result = future.result()
+                        except concurrent.futures.process.BrokenProcessPool:
+                            broken = True
+                            breaks[sub] += 1
+                            if breaks[sub] < 2:
+                                waiting.insert(0, sub)
+                                continue
+                            outcome = Outcome(sub, None, "процесс проверки дважды завершился аварийно "
+                                                         "(нехватка памяти? kill?) на этой работе")
+                        except Exception as error:
+                            outcome = Outcome(sub, None, f"сбой: {error!r}")
+                        else:
+                            with _critical(state):
+                                outcome = _record_graded(course, *result)
                         outcomes.append(outcome)
                         bar.update(1)
                         if not outcome.ok:
                             bar.set_postfix_str(f"ошибок: {sum(not o.ok for o in outcomes)}")
-                except KeyboardInterrupt:  # Ctrl-C: what is recorded stays, nothing new starts
-                    for future in futures:
-                        future.cancel()
-                    raise
-    outcomes.sort(key=lambda o: (o.submission.lesson, o.submission.student))
-    _keep_logs(course, outcomes)
-    return Summary(outcomes, len(submissions) - len(todo), time.monotonic() - started, workers)
+                if broken:  # the submissions still running in the broken pool are graded again
+                    for future, sub in running.items():
+                        waiting.insert(0, sub)
+                    _stop_pool(pool)
+                    pool = None
+    finally:
+        if pool is not None:
+            _stop_pool(pool)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stop_pool(pool) -> None:
+    """Stop a pool now: its workers get SIGTERM (they remove the scratch folder and exit)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+
+
+SCRATCH_PREFIX = "course-autograde-"
+
+
+def _remove_stale_scratch() -> None:
+    """Scratch folders of runs whose main process is gone (killed with -9): they hold a copy of
+    the instructor's sources."""
+    for folder in Path(tempfile.gettempdir()).glob(SCRATCH_PREFIX + "*"):
+        try:
+            owner = int((folder / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if not _alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _record_graded(course: Course, sub: Submission, folder: str, scores, error: str, log: str) -> Outcome:
@@ -438,32 +621,43 @@ def merge(folder: Path | str, autograded: Path | str, lessons: Iterable[str] = (
                    key=lambda s: (s.lesson, s.student))
     found = list(dict.fromkeys(found))
     outcomes = []
-    with _course_lock(course):
-        if found:
-            backup_sqlite(course.db_path, course.db_path.with_name(course.db_path.name + ".backup"))
-        with _bar(len(found), "Запись в gradebook", progress) as bar:
-            for sub in found:
-                if not course.submitted(sub).is_dir():
-                    outcomes.append(Outcome(sub, None, f"нет сданной работы {course.submitted(sub)}"))
-                else:
-                    outcomes.append(record(course, sub, autograded))
-                bar.update(1)
+    summary = Summary(outcomes, 0, 0.0, 1)
+    with _stop_on_signals() as state:
+        try:
+            with _course_lock(course):
+                if found:
+                    backup_sqlite(course.db_path, course.db_path.with_name(course.db_path.name + ".backup"))
+                with _bar(len(found), "Запись в gradebook", progress) as bar:
+                    for sub in found:
+                        if not course.submitted(sub).is_dir():
+                            outcomes.append(Outcome(sub, None, f"нет сданной работы {course.submitted(sub)}"))
+                        else:
+                            with _critical(state):
+                                outcomes.append(record(course, sub, autograded))
+                        bar.update(1)
+        except Stopped as stop:
+            summary.stopped = str(stop)
+            summary.not_started = len(found) - len(outcomes)
     _keep_logs(course, outcomes)
-    return Summary(outcomes, 0, time.monotonic() - started, 1)
+    summary.seconds = time.monotonic() - started
+    return summary
 
 
 # --- plumbing -------------------------------------------------------------------------------
 
-ERROR_LOGS = "autograde_errors"
+ERROR_LOGS = status_module.ERROR_LOGS
 
 
 def _keep_logs(course: Course, outcomes: list[Outcome]) -> None:
-    """nbgrader's log of each failed submission, kept in the course: autograde_errors/."""
+    """Why each failed submission failed, and nbgrader's log of it: autograde_errors/.  A
+    submission recorded since loses its old log."""
     for outcome in outcomes:
-        if not outcome.ok and outcome.log:
-            path = course.root / ERROR_LOGS / f"{outcome.submission.lesson}__{outcome.submission.student}.log"
-            path.parent.mkdir(exist_ok=True)
-            path.write_text(outcome.log, encoding="utf-8")
+        sub = outcome.submission
+        if outcome.ok:
+            status_module.clear_error_log(course.root, sub.lesson, sub.student)
+        else:
+            status_module.write_error_log(course.root, sub.lesson, sub.student, outcome.error, outcome.log)
+
 
 def _cpus() -> int:
     try:
