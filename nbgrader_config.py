@@ -33,3 +33,7 @@ c.Execute.interrupt_on_timeout = True
 # submission whose grading was cut short instead of skipping it (autograder/nbgrader_ext.py).
 c.Autograde.sanitize_preprocessors = sanitize_preprocessors()
 use_course_autograde()
+
+# `nbgrader export`: a status column (не сдана / сдана, не проверена / проверена) and no 0.0 for
+# work that could not be graded (autograder/grades_csv.py).
+c.ExportApp.plugin_class = "autograder.grades_csv.CourseCsvExport"

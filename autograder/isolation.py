@@ -94,7 +94,7 @@ def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
     if digest in _HUNG:
         return failed(f"Проверка не запускалась: эта же функция уже не завершилась за {_HUNG[digest]:g} с "
                       "на предыдущей проверке (бесконечный цикл?).")
-    env = {**os.environ, **WORKER_ENV}
+    env = {**os.environ, **WORKER_ENV, "AUTOGRADER_PARENT": str(os.getpid())}
     # What student code leaves in its folder must not make the cleanup raise in the grader.
     with tempfile.TemporaryDirectory(prefix="autograder-", ignore_cleanup_errors=True) as workdir, \
             tempfile.TemporaryDirectory(prefix="autograder-out-", ignore_cleanup_errors=True) as outdir:

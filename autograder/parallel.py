@@ -63,6 +63,7 @@ from traitlets.config import Config
 
 from . import course as course_module
 from . import status as status_module
+from . import submission as submission_module
 
 DEFAULT_STRUCTURE = os.path.join("{nbgrader_step}", "{student_id}", "{assignment_id}")
 LOCK_NAME = ".course-autograde.lock"
@@ -365,6 +366,10 @@ def _die_with_parent(sig: int) -> None:
 def _grade(sub: Submission) -> tuple[Submission, str, dict | None, str, str]:
     """Worker: autograde one submission in the scratch course; (sub, folder, scores, error, log)."""
     course, mine = _WORKER["course"], _WORKER["mine"]
+    for path in submission_module.notebooks_in(course.submitted(sub)):
+        invalid = submission_module.is_valid_notebook(path)
+        if invalid:
+            return sub, "", None, f"{path.name}: {invalid}", ""
     target = mine.submitted(sub)
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(course.submitted(sub), target)

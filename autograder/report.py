@@ -24,6 +24,7 @@ from typing import Iterable
 
 import nbformat
 
+from . import status as status_module
 from .core import format_points, get_check
 from .nbgrader_ext import parse_grade_cell
 from .parallel import Course, quiet, load_course, select_lessons
@@ -58,6 +59,8 @@ class LessonStats:
     mistakes: tuple[MistakeStats, ...]
     unread: int  # submissions without an autograded notebook to read messages from
     blank: tuple[str, ...] = ()  # students who left every answer cell as released
+    ungraded: tuple[tuple[str, str], ...] = ()  # (student, why): submitted, could not be graded
+    not_submitted: tuple[str, ...] = ()  # students of the gradebook without a submission
 
     @property
     def students(self) -> int:
@@ -106,11 +109,24 @@ def collect(course: Course, lesson: str) -> LessonStats:
     named_in: dict[str, set[str]] = collections.defaultdict(set)
     unread = 0
     blank = []
+    ungraded: list[tuple[str, str]] = []
     with quiet(), Gradebook(course.coursedir().db_url) as gradebook:
         assignment = gradebook.find_assignment(lesson)
         max_score = float(assignment.max_score)
-        for submission in sorted(assignment.submissions, key=lambda s: s.student.id):
-            student = submission.student.id
+        submissions = {s.student.id: s for s in assignment.submissions}
+        submitted_dir = course.path(course.coursedir().submitted_directory, ".", lesson).parent
+        students = sorted({s.id for s in gradebook.students} | set(submissions)
+                          | {p.parent.name for p in submitted_dir.glob(f"*/{lesson}") if p.is_dir()})
+        not_submitted = []
+        for student in students:
+            state = status_module.status(course, lesson, student)
+            if state.state is status_module.State.NOT_SUBMITTED:
+                not_submitted.append(student)
+                continue
+            if state.state is status_module.State.UNGRADED:
+                ungraded.append((student, state.reason))
+                continue
+            submission = submissions[student]
             totals[student] = float(submission.score)
             lost = set()
             answers = [c.auto_comment for nb in submission.notebooks for c in nb.comments]
@@ -139,7 +155,8 @@ def collect(course: Course, lesson: str) -> LessonStats:
                    for cell in titles if cell in points)
     mistakes = tuple(sorted((MistakeStats(lesson, m, tuple(sorted(s)), tuple(sorted(named_in[m])))
                              for m, s in named.items()), key=lambda m: (-len(m.students), m.mistake)))
-    return LessonStats(lesson, max_score, totals, checks, mistakes, unread, tuple(blank))
+    return LessonStats(lesson, max_score, totals, checks, mistakes, unread, tuple(blank),
+                       tuple(ungraded), tuple(not_submitted))
 
 
 def class_stats(folder: Path | str, lessons: Iterable[str] = (), *, only_gpu: bool = False,
@@ -247,16 +264,27 @@ def render(lessons: list[LessonStats], course_name: str = "") -> str:
         parts += [f"<li>«{esc(m.mistake)}» — <b>{_share(by_lesson[m.lesson], len(m.students))}</b> "
                   f"({esc(m.lesson)})</li>" for m in mistakes[:5]]
         parts.append("</ol>")
+    ungraded = [(stats.lesson, student, why) for stats in lessons for student, why in stats.ungraded]
+    if ungraded:
+        parts.append(f"<p><b>Сданы, но не проверены ({len(ungraded)})</b> — их баллов нет ни в отчёте, "
+                     "ни в экспорте (это не ноль): повторите <code>course autograde</code> или посмотрите "
+                     "<code>autograde_errors/</code>.</p><ul>")
+        parts += [f"<li>{esc(student)} ({esc(lesson)}): {esc(why)}</li>" for lesson, student, why in ungraded]
+        parts.append("</ul>")
     if not worst and not mistakes:
-        parts.append("<p>Все сданные работы прошли все проверки.</p>")
+        graded = sum(stats.students for stats in lessons)
+        parts.append("<p>Все проверенные работы прошли все проверки.</p>" if graded else
+                     "<p>Проверенных работ нет.</p>")
 
-    parts.append("<h2>Уроки</h2><table><tr><th>урок</th><th>работ</th><th>средний балл</th>"
+    parts.append("<h2>Уроки</h2><table><tr><th>урок</th><th>проверено</th><th>не проверено</th>"
+                 "<th>не сдали</th><th>средний балл</th>"
                  "<th>медиана</th><th>полный балл</th><th>не приступали</th></tr>")
     for stats in lessons:
         scores = list(stats.totals.values()) or [0.0]
         mean, median = statistics.mean(scores), statistics.median(scores)
         full = sum(score >= stats.max_score for score in scores)
         parts.append(f"<tr><td>{esc(stats.lesson)}</td><td class='n'>{stats.students}</td>"
+                     f"<td class='n'>{len(stats.ungraded)}</td><td class='n'>{len(stats.not_submitted)}</td>"
                      f"<td class='n'>{mean:.1f} из {format_points(stats.max_score)}</td>"
                      f"<td class='n'>{median:g}</td><td class='n'>{_share(stats, full)}</td>"
                      f"<td class='n'>{_share(stats, len(stats.blank))}</td></tr>")

@@ -36,7 +36,21 @@ def _reply(fd: int, nonce: bytes, passed: bool, message: str, mistake) -> None:
     _write(fd, b"\n" + nonce + b" " + text.encode("ascii") + b"\n")
 
 
+def _die_with_parent() -> None:
+    """A check never outlives the grader that started it (a killed autograde leaves no check
+    running): Linux delivers SIGKILL here when the parent dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != os.environ.get("AUTOGRADER_PARENT", str(os.getppid())):
+        _exit(1)  # the parent died before the request was even read
+
+
 def main() -> None:
+    _die_with_parent()
     request = pickle.loads(sys.stdin.buffer.read())
     nonce = request.pop("nonce").encode("ascii")
     sys.dont_write_bytecode = True
