@@ -328,14 +328,15 @@ def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus) -> No
     """
     _die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGINT, lambda *_: None)  # a handler, not SIG_IGN: children get the default
-    signal.signal(signal.SIGTERM, lambda *_: _remove_scratch_and_exit(scratch))
-    if os.getppid() != int(os.environ.get("COURSE_AUTOGRADE_PARENT", os.getppid())):
-        _remove_scratch_and_exit(scratch)  # the parent died before PR_SET_PDEATHSIG was set
+    signal.signal(signal.SIGTERM, lambda *_: _stop_worker(scratch))
+    if _parent_gone():
+        _stop_worker(scratch)  # the parent died before PR_SET_PDEATHSIG was set
     _use_nbgrader_env()
     if gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get())
     course = load_course(class_root)
     home = Path(scratch) / f"worker-{os.getpid()}"
+    _WORKER["home"] = home
     home.mkdir(parents=True)
     log = open(home / "nbgrader.log", "ab", buffering=0)
     os.dup2(log.fileno(), 1)  # nbgrader's log and the kernels' chatter, not the progress bar
@@ -347,8 +348,17 @@ def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus) -> No
     _WORKER.update(course=course, mine=mine)
 
 
-def _remove_scratch_and_exit(scratch: str) -> None:
-    shutil.rmtree(scratch, ignore_errors=True)
+def _parent_gone() -> bool:
+    return os.getppid() != int(os.environ.get("COURSE_AUTOGRADE_PARENT", os.getppid()))
+
+
+def _stop_worker(scratch: str) -> None:
+    """SIGTERM in a worker: the main process stopped this pool (remove this worker's scratch
+    course) or died (remove the whole scratch folder: nobody else will)."""
+    if _parent_gone():
+        shutil.rmtree(scratch, ignore_errors=True)
+    elif _WORKER.get("home") is not None:
+        shutil.rmtree(_WORKER["home"], ignore_errors=True)
     os._exit(1)
 
 
