@@ -240,7 +240,8 @@ def test_serial_nbgrader_is_protected_the_same_way(clean, tmp_path):
     cases = tampered(tmp_path)
     chosen = {s: cases[s][:2] for s in ("numpy_file", "duplicated_test", "glob[1]", "broken_json")}
     make_class(tmp_path, {**honest_class(), **chosen})
-    course.nbgrader("autograde", LESSON, cwd=tmp_path, check=False)
+    done = course.nbgrader("autograde", LESSON, cwd=tmp_path, check=False)
+    assert "has changed!" not in done.stderr, "honest cells reported as changed: real tampering would drown"
     got = grades(tmp_path)
     assert {s: got[s] for s in HONEST} == clean
     for student in ("numpy_file", "duplicated_test", "glob[1]"):
