@@ -52,8 +52,12 @@ def student_modules(folder: str | None = None) -> list:
     found = []
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        if (isinstance(path, str) and name.split(".")[0] != "autograder"
-                and os.path.abspath(path).startswith(folder + os.sep)):
+        top = name.split(".")[0]
+        if not isinstance(path, str) or top == "autograder":
+            continue
+        parts = os.path.relpath(os.path.abspath(path), folder).split(os.sep)
+        # a module file right in the folder, or a package whose folder is right in it
+        if parts[0] != os.pardir and (len(parts) == 1 or parts[0] == top):
             found.append(module)
     return found
 

@@ -89,3 +89,38 @@ def test_files_named_like_modules_are_told_apart_from_helpers(tmp_path):
     found = {name: a.kind for a in extra_files(tmp_path, {"x.ipynb"}) for name in names if f" {name} " in a.detail}
     assert found == {"IPython": "shadowing_file", "autograder.py": "shadowing_file", "data.csv": "extra_file",
                      "json.py": "shadowing_file", "numpy.py": "shadowing_file", "rmshelper.py": "extra_file"}
+
+
+def test_a_students_helper_modules_travel_by_value(tmp_path, monkeypatch):
+    """Modules right beside the notebook (a file or a package) are packed by value, so the check
+    process, which never sees that folder, can call into them; nothing else is."""
+    import pickle
+    import subprocess
+    import sys
+
+    from autograder.isolation import pack_one, student_modules
+
+    (tmp_path / "rmshelper_x.py").write_text("def twice(x):\n    return 2 * x\n")
+    (tmp_path / "helperpkg_x").mkdir()
+    (tmp_path / "helperpkg_x" / "__init__.py").write_text("from .inner import thrice\n")
+    (tmp_path / "helperpkg_x" / "inner.py").write_text("def thrice(x):\n    return 3 * x\n")
+    (tmp_path / "deeper").mkdir()
+    (tmp_path / "deeper" / "other_x.py").write_text("y = 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path / "deeper"))
+    import helperpkg_x
+    import other_x
+    import rmshelper_x
+
+    names = {m.__name__ for m in student_modules()}
+    assert {"rmshelper_x", "helperpkg_x", "helperpkg_x.inner"} <= names and "other_x" not in names
+    blob = pack_one(lambda x: rmshelper_x.twice(helperpkg_x.thrice(x)) + other_x.y * 0)
+    for name in ("rmshelper_x", "helperpkg_x", "helperpkg_x.inner", "other_x"):
+        sys.modules.pop(name, None)
+    code = ("import pickle, sys; f = pickle.loads(sys.stdin.buffer.read()); print(f(7))")
+    done = subprocess.run([sys.executable, "-I", "-c", code], input=blob, capture_output=True, cwd="/")
+    assert b"No module named 'other_x'" in done.stderr  # by reference, as before: not the student's folder
+    blob = pack_one(lambda x: rmshelper_x.twice(helperpkg_x.thrice(x)))
+    done = subprocess.run([sys.executable, "-I", "-c", code], input=blob, capture_output=True, cwd="/")
+    assert done.stdout.strip() == b"42", done.stderr
