@@ -3,7 +3,8 @@
 Every nbgrader command run from this folder reads this file (run them through `make` or with
 .venv/bin on PATH: nbgrader shells out to `alembic`).
 """
-from autograder.nbgrader_ext import autograde_preprocessors, sanitize_preprocessors, use_course_autograde
+from autograder.nbgrader_ext import (autograde_preprocessors, feedback_preprocessors, sanitize_preprocessors,
+                                     use_course_autograde)
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
@@ -37,3 +38,6 @@ use_course_autograde()
 # `nbgrader export`: a status column (не сдана / сдана, не проверена / проверена) and no 0.0 for
 # work that could not be graded (autograder/grades_csv.py).
 c.ExportApp.plugin_class = "autograder.grades_csv.CourseCsvExport"
+
+# `nbgrader generate_feedback`: hidden tests and their cases stay hidden; each check shown once.
+c.GenerateFeedback.preprocessors = feedback_preprocessors()

@@ -27,7 +27,7 @@ class CheckFailed(AssertionError):
 
         The same one entry that an autograded cell shows (nbgrader_ext).
         """
-        return [f"CheckFailed: {self}"]
+        return [f"Проверка не пройдена: {self}"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +199,7 @@ def compare(got: Any, expected: np.ndarray, *, case: str, dtype: str = "float32"
             raise CheckFailed(
                 f"{name} содержит {int(bad_values.sum())} значений NaN/inf (случай: {case}); "
                 f"первое в позиции {index}: {got[index]!r}, ожидалось {expected[index]:.6g}."
-                + (f"\nВероятная ошибка: {hint}" if hint else ""))
+                + (f"\nПодсказка: {hint}" if hint else ""))
         error = np.abs(got64 - expected)
         bad = error > atol + rtol * np.abs(expected)
     if bad.any():
@@ -210,7 +210,7 @@ def compare(got: Any, expected: np.ndarray, *, case: str, dtype: str = "float32"
             f"неверных элементов {int(bad.sum())} из {bad.size}.\n"
             f"Первый неверный индекс {index}: получено {float(got64[index]):.6g}, "
             f"ожидалось {float(expected[index]):.6g}."
-            + (f"\nВероятная ошибка: {hint}" if hint else ""))
+            + (f"\nПодсказка: {hint}" if hint else ""))
     return float(error.max()) if error.size else 0.0
 
 

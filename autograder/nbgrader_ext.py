@@ -49,6 +49,22 @@ class GradeCall:
     check_id: str
     names: tuple[str, ...]
     cases: list | None
+    hidden: bool = False  # written between ### BEGIN/END HIDDEN TESTS (students never see it)
+
+
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+
+
+def _hidden_lines(source: str) -> set[int]:
+    hidden, inside = set(), False
+    for number, line in enumerate(source.splitlines(), start=1):
+        if line.strip() == HIDDEN_BEGIN:
+            inside = True
+        elif line.strip() == HIDDEN_END:
+            inside = False
+        elif inside:
+            hidden.add(number)
+    return hidden
 
 
 def parse_grade_cell(source: str) -> list[GradeCall] | None:
@@ -57,6 +73,7 @@ def parse_grade_cell(source: str) -> list[GradeCall] | None:
         tree = ast.parse(source)
     except SyntaxError:
         return None
+    hidden = _hidden_lines(source)
     calls = []
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module == "autograder" \
@@ -74,7 +91,8 @@ def parse_grade_cell(source: str) -> list[GradeCall] | None:
             cases = ast.literal_eval(call.keywords[0].value) if call.keywords else None
         except ValueError:
             return None
-        calls.append(GradeCall(call.args[0].value, tuple(a.id for a in call.args[1:]), cases))
+        calls.append(GradeCall(call.args[0].value, tuple(a.id for a in call.args[1:]), cases,
+                               node.lineno in hidden))
     return calls or None
 
 
@@ -108,24 +126,104 @@ KERNEL_STUCK = ("Ячейка не завершилась за {timeout} с и �
                 "ядро, заново выполнила предыдущие ячейки (без этой) и продолжила со следующей.")
 
 
-def verdict_outputs(results: list[CheckResult]) -> list[NotebookNode]:
-    """The cell outputs nbgrader scores: a stdout report and the points, or an error."""
-    report = "\n".join(r.summary() + (f"\n{r.message}" if r.passed and r.message else "")
-                       for r in results)
-    outputs = []
-    if report:
-        outputs.append(NotebookNode(output_type="stream", name="stdout", text=report + "\n"))
+#: Output metadata key under which a test cell's verdicts travel as data (the text beside it is
+#: for people; tools such as the feedback step read this).
+VERDICTS_KEY = "course_autograder_verdicts"
+FAILED_PREFIX = "Проверка не пройдена: "
+
+
+def verdict_outputs(results: list[CheckResult], hidden: list[bool] | None = None) -> list[NotebookNode]:
+    """The cell outputs nbgrader scores: the report (text, with the verdicts as data in its
+    metadata) and, when a check failed, an error (nbgrader scores the cell 0; otherwise full)."""
+    hidden = hidden or [False] * len(results)
+    lines = []
+    for result, secret in zip(results, hidden):
+        lines.append(("[скрытая] " if secret else "") + result.summary()
+                     + (f"\n{result.message}" if result.passed and result.message else ""))
+    verdicts = [{"check_id": r.check_id, "title": r.title, "points": r.points, "passed": r.passed,
+                 "hidden": bool(secret), "mistake": r.mistake, "message": r.message}
+                for r, secret in zip(results, hidden)]
+    outputs = [NotebookNode(output_type="display_data", data={"text/plain": "\n".join(lines)},
+                            metadata={VERDICTS_KEY: verdicts})]
     failed = [r for r in results if not r.passed]
     if failed:
-        message = shorten(f"{failed[0].title}\n{failed[0].message}", 4000)
-        outputs.append(NotebookNode(output_type="error", ename="CheckFailed", evalue=message,
-                                    traceback=["CheckFailed: " + message]))
-    else:
-        points = results[-1].points
-        text = str(int(points)) if float(points).is_integer() else str(points)
-        outputs.append(NotebookNode(output_type="execute_result", execution_count=None,
-                                    metadata={}, data={"text/plain": text}))
+        outputs.append(failure_output(shorten(f"{failed[0].title}\n{failed[0].message}", 4000)))
     return outputs
+
+
+def failure_output(message: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename="CheckFailed", evalue=message,
+                        traceback=[FAILED_PREFIX + message])
+
+
+def feedback_outputs(verdicts: list[dict]) -> list[NotebookNode]:
+    """What a student's feedback shows for a test cell: visible checks in full, hidden ones only
+    as passed or not (no cases, seeds or shapes), each check once."""
+    lines, failure = [], None
+    shown = [v for v in verdicts if not v["hidden"]]
+    secret = [v for v in verdicts if v["hidden"]]
+    for v in shown:  # a failed one is told by the error below, once
+        if v["passed"]:
+            lines.append(f"✅ {v['title']}")
+        elif failure is None:
+            failure = f"{v['title']}\n{v['message']}"
+    if secret:
+        failed_secret = [v for v in secret if not v["passed"]]
+        if failed_secret:
+            lines.append("❌ Скрытые случаи (другие размеры и seed): не пройдены")
+            if failure is None:
+                failure = (f"{failed_secret[0]['title']}\nНе пройден скрытый случай; его параметры не "
+                           "показываются. Проверьте решение на других размерах, хвостах и крайних значениях.")
+        else:
+            lines.append("✅ Скрытые случаи (другие размеры и seed): пройдены")
+    outputs = [NotebookNode(output_type="display_data", data={"text/plain": "\n".join(lines)}, metadata={})]
+    if failure is not None:
+        outputs.append(failure_output(shorten(failure, 4000)))
+    return outputs
+
+
+class FeedbackVerdicts(NbGraderPreprocessor):
+    """``nbgrader generate_feedback``: hidden tests stay hidden.
+
+    nbgrader's own feedback shows the test cells as graded, hidden tests and their cases (seeds,
+    shapes) included.  Here each test cell's source loses its hidden block, its outputs are
+    rebuilt from the verdicts kept as data (:func:`feedback_outputs`), and no cell carries an
+    execution count (the graded run's counts mean nothing to the student).
+    """
+
+    def preprocess(self, nb, resources):
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            cell.execution_count = None
+            for output in cell.get("outputs", []):
+                if "execution_count" in output:
+                    output["execution_count"] = None
+            if not _is_test_cell(cell):
+                continue
+            cell.source = _without_hidden(cell.source)
+            verdicts = [v for o in cell.get("outputs", []) for v in o.get("metadata", {}).get(VERDICTS_KEY, [])]
+            if verdicts:
+                cell.outputs = feedback_outputs(verdicts)
+            else:  # no verdicts (an old notebook, a restored cell): show no outputs that may leak
+                cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"] \
+                    if not _hidden_lines(cell.source) else []
+        return nb, resources
+
+
+def _without_hidden(source: str) -> str:
+    hidden = _hidden_lines(source)
+    kept = [line for number, line in enumerate(source.splitlines(), start=1)
+            if number not in hidden and line.strip() not in (HIDDEN_BEGIN, HIDDEN_END)]
+    return "\n".join(kept).rstrip()
+
+
+def feedback_preprocessors() -> list:
+    """nbgrader's feedback steps with :class:`FeedbackVerdicts` after GetGrades."""
+    from nbgrader.converters import GenerateFeedback
+
+    default = list(GenerateFeedback.class_traits()["preprocessors"].default())
+    return [default[0], FeedbackVerdicts, *default[1:]]
 
 
 def error_output(ename: str, message: str) -> NotebookNode:
@@ -221,7 +319,8 @@ class IsolatedExecute(Execute):
             finally:
                 cell.source = source
             exported = _read_export(path)
-        cell.outputs = verdict_outputs([self._run(call, exported) for call in calls])
+        cell.outputs = verdict_outputs([self._run(call, exported) for call in calls],
+                                       [call.hidden for call in calls])
         return cell
 
     def output(self, outs, msg, display_id, cell_index):

@@ -24,15 +24,17 @@ def run(check_id: str, *objects, cases: list | None = None) -> CheckResult:
     return run_check(check_id, payloads, cases)
 
 
-def grade(check_id: str, *objects, cases: list | None = None) -> float:
-    """Run a check, print its verdict and return the points; raise CheckFailed when it fails."""
+def grade(check_id: str, *objects, cases: list | None = None) -> None:
+    """Run a check and print its verdict; raise CheckFailed when it fails.
+
+    Nothing is returned: a cell ending in ``grade(...)`` shows the verdict line only, not a
+    stray ``Out[n]: 1`` (nbgrader scores a test cell without an error full points).
+    """
     __tracebackhide__ = True  # IPython: show the message, not the grader's frames
     result = run(check_id, *objects, cases=cases)
     if not result.passed:
         raise CheckFailed(f"{result.title}\n{result.message}")
     print(result.summary() + (f"\n{result.message}" if result.message else ""))
-    points = result.points
-    return int(points) if float(points).is_integer() else points
 
 
 __all__ = ["grade", "run", "CheckFailed", "format_points"]

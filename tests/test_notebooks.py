@@ -61,5 +61,5 @@ def test_a_failed_check_shows_the_verdict_not_the_graders_traceback():
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
     error = nb.cells[0].outputs[-1]
     assert error.output_type == "error" and error.ename == "CheckFailed"
-    assert error.traceback == [f"CheckFailed: {error.evalue}"]
+    assert error.traceback == [f"Проверка не пройдена: {error.evalue}"]
     assert "Эквивалентность" in error.evalue and "notebook.py" not in error.traceback[0]
