@@ -53,13 +53,17 @@ def cmd_grade(args) -> int:
     path = Path(args.notebook).resolve()
     lesson = args.lesson or path.stem
     if lesson not in course.lessons():
-        print(f"Неизвестный урок {lesson!r}; уроки: {', '.join(course.lessons())}", file=sys.stderr)
+        close = [known for known in course.lessons() if path.stem.startswith(known)]
+        hint = (f" Похоже на урок {close[0]}: course grade {args.notebook} --lesson {close[0]}" if close else
+                " Если файл переименован, укажите урок: --lesson УРОК.")
+        print(f"Неизвестный урок {lesson!r}.{hint}\nУроки: {', '.join(course.lessons())}", file=sys.stderr)
         return 2
     submission = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
         print(f"Проверяю {path.name} всеми тестами урока {lesson} (с дополнительными скрытыми)…")
         grades = course.autograde(lesson, {"me": submission}, Path(scratch))["me"]
-    print(course.score_table(grades))
+        graded = nbformat.read(Path(scratch) / "autograded" / "me" / lesson / f"{lesson}.ipynb", as_version=4)
+    print(course.verdict_table(graded, grades))
     return 0
 
 

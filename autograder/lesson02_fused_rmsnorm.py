@@ -167,6 +167,15 @@ def dtype(fused_rms_norm, cases=({"T": 16, "D": 64, "seed": 10},)):
         for eps in (1e-6, np.float64(1e-5)):
             case = describe_case(**c, eps=f"{type(eps).__name__}({eps:g})")
             got = call_student(fused_rms_norm, x.copy(), w.copy(), eps, case=case, what="fused_rms_norm")
+            if type(eps) is np.float64 and type(got) is np.ndarray and got.dtype == np.float64:
+                # The one cause there is here: name it (the generic hint would blame code the
+                # student may not have written).
+                raise CheckFailed(
+                    f"результат: dtype float64, ожидался float32 (случай: {case}).\n"
+                    "Подсказка: eps пришёл скаляром np.float64 (так его может передать и модель), а NumPy 2 "
+                    "при смешивании массива float32 со скаляром numpy float64 повышает результат до float64; "
+                    "Python-число (1e-6) тип не меняет. Приведите eps к типу входа: np.float32(eps) "
+                    "или x.dtype.type(eps).")
             require_array(got, shape=x.shape, dtype="float32", case=case)
 
 
