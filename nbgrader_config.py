@@ -3,12 +3,15 @@
 Every nbgrader command run from this folder reads this file (run them through `make` or with
 .venv/bin on PATH: nbgrader shells out to `alembic`).
 """
+import os
+
 from autograder.nbgrader_ext import (autograde_preprocessors, feedback_preprocessors, sanitize_preprocessors,
                                      use_course_autograde)
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
-c.CourseDirectory.root = "."
+# The folder of this file, absolute (a relative "." makes every nbgrader command warn).
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))  # noqa: F821 (set by traitlets)
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
 c.CourseDirectory.db_url = "sqlite:///gradebook.db"

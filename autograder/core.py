@@ -19,6 +19,11 @@ from typing import Any, Callable
 import numpy as np
 
 
+#: Verdict marks: in every text font (DejaVu, Segoe UI...), unlike the emoji ✅/❌, which show as
+#: empty boxes where no emoji font is installed.
+PASS_MARK, FAIL_MARK = "✓", "✗"
+
+
 class CheckFailed(AssertionError):
     """A graded property does not hold; the message is meant for the student (Russian)."""
 
@@ -59,7 +64,7 @@ class CheckResult:
         return self.points if self.passed else 0.0
 
     def summary(self) -> str:
-        mark = "✅" if self.passed else "❌"
+        mark = PASS_MARK if self.passed else FAIL_MARK
         return f"{mark} {self.title}: {format_points(self.score)} из {format_points(self.points)}"
 
 

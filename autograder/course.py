@@ -153,6 +153,7 @@ def read_grades(course: Path, lesson: str, students: list[str]) -> dict[str, lis
 def verdict_table(graded: nbformat.NotebookNode, grades: list[CellGrade]) -> str:
     """Self-study: every graded cell in notebook order with the words the notebook shows —
     the check titles, the points, and for a failed check its message."""
+    from .core import FAIL_MARK, PASS_MARK
     from .nbgrader_ext import FAILED_PREFIX, VERDICTS_KEY
 
     scores = {g.cell: g for g in grades}
@@ -165,7 +166,7 @@ def verdict_table(graded: nbformat.NotebookNode, grades: list[CellGrade]) -> str
         total, top = total + g.score, top + g.max_score
         verdicts = [v for o in cell.get("outputs", []) for v in o.get("metadata", {}).get(VERDICTS_KEY, [])]
         titles = list(dict.fromkeys(v["title"] for v in verdicts)) or [grade_id]
-        mark = "✅" if g.score >= g.max_score else "❌"
+        mark = PASS_MARK if g.score >= g.max_score else FAIL_MARK
         lines.append(f"{mark} {' / '.join(titles)}: {g.score:g} из {g.max_score:g}")
         if g.score < g.max_score:
             errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
@@ -173,7 +174,7 @@ def verdict_table(graded: nbformat.NotebookNode, grades: list[CellGrade]) -> str
                 text = error.get("evalue") or "".join(error.get("traceback", [])).removeprefix(FAILED_PREFIX)
                 message = [line for line in str(text).splitlines() if line not in titles]
                 lines += ["     " + line for line in message[:12]]
-    lines += [f"❌ {g.cell}: {g.score:g} из {g.max_score:g}" for g in scores.values()]
+    lines += [f"{FAIL_MARK} {g.cell}: {g.score:g} из {g.max_score:g}" for g in scores.values()]
     lines.append(f"ИТОГО: {total:g} из {top:g}")
     return "\n".join(lines)
 

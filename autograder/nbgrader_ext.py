@@ -38,7 +38,7 @@ from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Float, Integer, List, Unicode
 
 from . import submission
-from .core import CheckResult, get_check, shorten
+from .core import FAIL_MARK, PASS_MARK, CheckResult, get_check, shorten
 from .isolation import run_check
 
 
@@ -164,18 +164,18 @@ def feedback_outputs(verdicts: list[dict]) -> list[NotebookNode]:
     secret = [v for v in verdicts if v["hidden"]]
     for v in shown:  # a failed one is told by the error below, once
         if v["passed"]:
-            lines.append(f"✅ {v['title']}")
+            lines.append(f"{PASS_MARK} {v['title']}")
         elif failure is None:
             failure = f"{v['title']}\n{v['message']}"
     if secret:
         failed_secret = [v for v in secret if not v["passed"]]
         if failed_secret:
-            lines.append("❌ Скрытые случаи (другие размеры и seed): не пройдены")
+            lines.append(f"{FAIL_MARK} Скрытые случаи (другие размеры и seed): не пройдены")
             if failure is None:
                 failure = (f"{failed_secret[0]['title']}\nНе пройден скрытый случай; его параметры не "
                            "показываются. Проверьте решение на других размерах, хвостах и крайних значениях.")
         else:
-            lines.append("✅ Скрытые случаи (другие размеры и seed): пройдены")
+            lines.append(f"{PASS_MARK} Скрытые случаи (другие размеры и seed): пройдены")
     outputs = [NotebookNode(output_type="display_data", data={"text/plain": "\n".join(lines)}, metadata={})]
     if failure is not None:
         outputs.append(failure_output(shorten(failure, 4000)))

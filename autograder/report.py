@@ -69,6 +69,17 @@ class LessonStats:
     def share(self, count: int) -> float:
         return count / self.students if self.students else 0.0
 
+    @property
+    def attempted(self) -> int:
+        """Graded students who started (changed an answer cell): the base of "which check fails"."""
+        return len([s for s in self.totals if s not in self.blank])
+
+    def failed_share(self, check: "CheckStats") -> float:
+        """Share of the students who started that failed ``check`` (non-starters fail everything
+        and would put the first checks of the notebook on top)."""
+        failed = len([s for s in check.failed if s not in self.blank])
+        return failed / self.attempted if self.attempted else 0.0
+
 
 # --- reading the course ---------------------------------------------------------------------
 
@@ -184,6 +195,7 @@ def lesson_figure(stats: LessonStats) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.ticker import MaxNLocator
 
     rows = max(len(stats.checks), 3)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.9 + 0.32 * rows),
@@ -200,17 +212,18 @@ def lesson_figure(stats: LessonStats) -> str:
     left.set_ylabel("студентов")
     left.set_title("Распределение баллов")
     left.set_xlim(-0.5, top + 0.5)
-    left.yaxis.get_major_locator().set_params(integer=True)
+    left.yaxis.set_major_locator(MaxNLocator(integer=True))
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
 
-    checks = sorted(stats.checks, key=lambda c: len(c.failed))
-    shares = [100 * stats.share(len(c.failed)) for c in checks]
+    checks = sorted(stats.checks, key=stats.failed_share)
+    shares = [100 * stats.failed_share(c) for c in checks]
     labels = [_wrap(f"{c.title} ({format_points(c.points)} б.)", 60) for c in checks]
     bars = right.barh(range(len(checks)), shares, color=["#c44e52" if s >= 50 else "#dd8452" if s >= 20
                                                          else "#55a868" for s in shares])
     right.set_yticks(range(len(checks)), labels, fontsize=8)
     right.bar_label(bars, [f"{s:.0f} %" for s in shares], padding=3, fontsize=8)
     right.set_xlim(0, 110)
-    right.set_xlabel("доля студентов, не прошедших проверку, %")
+    right.set_xlabel(f"доля не прошедших проверку среди приступивших ({stats.attempted}), %")
     right.set_title("Какие проверки не пройдены")
     fig.suptitle(f"{stats.lesson}, работ: {stats.students}")
     fig.tight_layout()
@@ -249,13 +262,13 @@ def render(lessons: list[LessonStats], course_name: str = "") -> str:
              "все ячейки ответов как в выданном ноутбуке). Известные ошибки — из сообщений "
              "проверок в autograded-ноутбуках («Похоже на известную ошибку: …»).</p>"]
 
-    worst = sorted(((stats.share(len(c.failed)), stats, c) for stats in lessons for c in stats.checks
-                    if c.failed), key=lambda t: -t[0])[:5]
+    worst = sorted(((stats.failed_share(c), stats, c) for stats in lessons for c in stats.checks
+                    if stats.failed_share(c) > 0), key=lambda t: -t[0])[:5]
     mistakes = sorted((m for stats in lessons for m in stats.mistakes), key=lambda m: -len(m.students))
     by_lesson = {s.lesson: s for s in lessons}
     parts.append("<h2>Главное</h2>")
     if worst:
-        parts.append("<p>Чаще всего не пройдены:</p><ol>")
+        parts.append("<p>Чаще всего не пройдены (доля среди приступивших к уроку):</p><ol>")
         parts += [f"<li>{esc(c.title)} — <b>{100 * share:.0f} %</b> ({esc(s.lesson)})</li>"
                   for share, s, c in worst]
         parts.append("</ol>")
@@ -296,11 +309,11 @@ def render(lessons: list[LessonStats], course_name: str = "") -> str:
             parts.append("<p class='muted'>Нет проверенных работ.</p>")
             continue
         parts.append(lesson_figure(stats))
-        parts.append("<table><tr><th>проверка</th><th>баллы</th><th>не прошли</th></tr>")
-        for check in sorted(stats.checks, key=lambda c: -len(c.failed)):
+        parts.append("<table><tr><th>проверка</th><th>баллы</th><th>не прошли (из приступивших)</th></tr>")
+        for check in sorted(stats.checks, key=lambda c: -stats.failed_share(c)):
             parts.append(f"<tr><td>{esc(check.title)} <span class='muted'>{esc(check.cell)}</span></td>"
                          f"<td class='n'>{format_points(check.points)}</td>"
-                         f"<td class='n'>{_share(stats, len(check.failed))}</td></tr>")
+                         f"<td class='n'>{100 * stats.failed_share(check):.0f} %</td></tr>")
         parts.append("</table>")
         if stats.mistakes:
             parts.append("<table><tr><th>известная ошибка</th><th>в проверках</th><th>студентов</th></tr>")
@@ -312,8 +325,32 @@ def render(lessons: list[LessonStats], course_name: str = "") -> str:
         if stats.unread:
             parts.append(f"<p class='muted'>У {stats.unread} работ нет ноутбука в autograded/: "
                          "их ошибки не прочитаны (баллы учтены).</p>")
+    parts += student_table(lessons)
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def student_table(lessons: list[LessonStats]) -> list[str]:
+    """One row per student: the score of each lesson, or why there is none."""
+    esc = html.escape
+    cells: dict[str, dict[str, str]] = collections.defaultdict(dict)
+    for stats in lessons:
+        for student, total in stats.totals.items():
+            note = " (не приступал)" if student in stats.blank else ""
+            cells[student][stats.lesson] = f"{total:g} из {format_points(stats.max_score)}{note}"
+        for student, why in stats.ungraded:
+            cells[student][stats.lesson] = f"не проверена: {why}"
+        for student in stats.not_submitted:
+            cells[student][stats.lesson] = "не сдана"
+    if not cells:
+        return []
+    rows = ["<h2>Студенты</h2><table><tr><th>студент</th>"
+            + "".join(f"<th>{esc(s.lesson)}</th>" for s in lessons) + "</tr>"]
+    for student in sorted(cells):
+        rows.append(f"<tr><td>{esc(student)}</td>"
+                    + "".join(f"<td>{esc(cells[student].get(s.lesson, '—'))}</td>" for s in lessons) + "</tr>")
+    rows.append("</table>")
+    return rows
 
 
 def write_report(folder: Path | str, out: Path | str, lessons: Iterable[str] = (), *,

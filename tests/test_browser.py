@@ -162,7 +162,7 @@ def test_validate_in_jupyterlab_shows_the_graders_verdict(lab):
             outputs = page.locator(".jp-OutputArea-output").all_text_contents()
             shown = "\n---\n".join(text[-600:] for text in outputs)
             assert any("ещё не реализована" in text for text in outputs), shown[-6000:]
-            passed = [text for text in outputs if "✅" in text]
+            passed = [text for text in outputs if "✓" in text]
             assert any("Эквивалентность с эталоном float64: 3 из 3" in text for text in passed), shown[-6000:]
 
             page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).click(force=True)

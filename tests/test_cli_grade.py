@@ -16,7 +16,7 @@ def test_self_study_grade_names_each_check_and_why_it_failed(tmp_path, capsys):
     assert f"--lesson {LESSON}" in capsys.readouterr().err  # a copy's name: the command to use instead
     assert cli.main(["grade", str(path), "--lesson", LESSON]) == 0
     out = capsys.readouterr().out
-    assert "✅ Эквивалентность с эталоном float64: 3 из 3" in out
-    assert "❌ Пик памяти ≈ размер выхода: нет временных (T, D): 0 из 2" in out
+    assert "✓ Эквивалентность с эталоном float64: 3 из 3" in out
+    assert "✗ Пик памяти ≈ размер выхода: нет временных (T, D): 0 из 2" in out
     assert "временные массивы (T, D)" in out  # the check's own message, not only a cell id
     assert "ИТОГО: 12 из 15" in out and "test_lesson02_" not in out

@@ -51,3 +51,21 @@ def test_page_shows_the_worst_check_and_the_top_mistake_first():
     assert top.index("Эквивалентность") < top.index("Пик памяти")
     assert "<b>75 %</b>" in top and "«eps вне корня» — <b>2 (50 %)</b>" in top
     assert page.count("<img") == 1
+
+
+def test_non_starters_do_not_decide_which_check_is_hardest_and_every_student_has_a_row():
+    """Students who never started fail every check; the ranking is among those who started, the
+    non-starters are counted apart, and a per-student table shows scores and what is missing."""
+    checks = (report.CheckStats("test_first", "Первая проверка урока", 1.0, ("lazy1", "lazy2", "lazy3")),
+              report.CheckStats("test_hard", "Трудная проверка", 1.0, ("lazy1", "lazy2", "lazy3", "s1", "s2")))
+    stats = report.LessonStats("02_x", 2.0, {"lazy1": 0.0, "lazy2": 0.0, "lazy3": 0.0, "s1": 1.0, "s2": 1.0,
+                                             "s3": 2.0}, checks, (), unread=0, blank=("lazy1", "lazy2", "lazy3"),
+                               ungraded=(("broken", "ноутбук не читается"),), not_submitted=("absent",))
+    assert stats.failed_share(checks[0]) == 0 and round(stats.failed_share(checks[1]), 3) == round(2 / 3, 3)
+    page = report.render([stats], "курс")
+    top = page.split("<h2>Главное</h2>")[1].split("<h2>")[0]
+    assert "Трудная проверка" in top and "Первая проверка урока" not in top
+    assert "Сданы, но не проверены (1)" in top and "broken" in top
+    students = page.split("<h2>Студенты</h2>")[1]
+    assert "не сдана" in students and "не проверена: ноутбук не читается" in students
+    assert "0 из 2 (не приступал)" in students and "2 из 2" in students
