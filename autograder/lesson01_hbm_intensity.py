@@ -79,7 +79,7 @@ def _fmt(value) -> str:
     if isinstance(value, str):
         return repr(value)
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return f"{int(value):,}".replace(",", " ")
+        return f"{int(value):,}".replace(",", "\u202f")  # narrow no-break space: one number, not two
     try:
         return f"{float(value):.6g}"
     except (TypeError, ValueError):
@@ -87,7 +87,10 @@ def _fmt(value) -> str:
 
 
 def _call_text(name: str, args) -> str:
-    return f"{name}({', '.join(_fmt(a) for a in args)})"
+    def as_typed(a):  # a call is code: 4096, not a grouped 4 096 that reads as two arguments
+        return repr(int(a)) if isinstance(a, numbers.Integral) and not isinstance(a, bool) else _fmt(a)
+
+    return f"{name}({', '.join(as_typed(a) for a in args)})"
 
 
 def _is_number(value) -> bool:

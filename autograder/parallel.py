@@ -138,6 +138,16 @@ def load_course(folder: Path | str) -> Course:
     return Course(root.resolve(), config)
 
 
+def require_gradebook(course: Course) -> None:
+    """Stop with the command that creates it when the course has no gradebook yet."""
+    if not course.db_path.exists():
+        found = len(list(course.path(course.coursedir().submitted_directory, ".", ".").glob("*/*/*.ipynb")))
+        raise ValueError(f"В {course.root} нет {course.db_path.name}"
+                         + (f" (а в submitted/ лежит работ: {found})" if found else "")
+                         + ": его создаёт `make release` (или `nbgrader generate_assignment УРОК` для каждого "
+                         "урока). Студентов добавлять не нужно: автопроверка добавит их сама.")
+
+
 def select_lessons(known: Iterable[str], named: Iterable[str] = (), *, only_gpu: bool = False,
                    skip_gpu: bool = False) -> list[str]:
     """The lessons to grade: ``named`` (or all ``known``), then only or without the GPU ones."""
@@ -477,9 +487,7 @@ def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int |
     started = time.monotonic()
     _use_nbgrader_env()
     course = load_course(folder)
-    if not course.db_path.exists():
-        raise ValueError(f"В {course.root} нет {course.db_path.name}: сначала создайте задания в gradebook "
-                         "(make release или nbgrader generate_assignment УРОК).")
+    require_gradebook(course)
     chosen = select_lessons(course.lessons(), lessons, only_gpu=only_gpu, skip_gpu=skip_gpu)
     submissions = find_submissions(course, chosen, students)
     if shard_of:

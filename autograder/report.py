@@ -27,7 +27,7 @@ import nbformat
 from . import status as status_module
 from .core import format_points, get_check
 from .nbgrader_ext import parse_grade_cell
-from .parallel import Course, quiet, load_course, select_lessons
+from .parallel import Course, load_course, quiet, require_gradebook, select_lessons
 
 MISTAKE = re.compile(r"Похоже на известную ошибку: «(.+?)»(?:\.|$)", re.MULTILINE)
 
@@ -173,6 +173,7 @@ def collect(course: Course, lesson: str) -> LessonStats:
 def class_stats(folder: Path | str, lessons: Iterable[str] = (), *, only_gpu: bool = False,
                 skip_gpu: bool = False) -> list[LessonStats]:
     course = load_course(folder)
+    require_gradebook(course)
     chosen = select_lessons(course.lessons(), lessons, only_gpu=only_gpu, skip_gpu=skip_gpu)
     return [collect(course, lesson) for lesson in chosen]
 

@@ -383,3 +383,16 @@ def test_grading_cut_between_notebook_and_grades_is_regraded_not_zero(clean, tmp
     forget_scores(folder)
     course.nbgrader("autograde", LESSON, cwd=folder)
     assert grades(folder) == clean
+
+
+def test_without_a_gradebook_the_commands_say_what_creates_it(tmp_path, capsys):
+    from autograder import cli
+
+    course.new_course(tmp_path, only=[LESSON])
+    target = tmp_path / "submitted" / "s1" / LESSON
+    target.mkdir(parents=True)
+    nbformat.write(notebook(), target / f"{LESSON}.ipynb")
+    for command in (["autograde", "--force"], ["report"]):
+        assert cli.main([*command, "--course", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert "нет gradebook.db" in err and "make release" in err and "работ: 1" in err, err
