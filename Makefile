@@ -14,9 +14,23 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-## lab: start JupyterLab on the course (student notebooks in notebooks/)
+## lab: start JupyterLab on the course (student notebooks in notebooks/),
+##      e.g. make lab PORT=8890 NO_BROWSER=1 TOKEN=secret   (INSTRUCTOR=1: with nbgrader's formgrader)
+# Jupyter settings of the course live in .jupyter/ (the config dir of this lab): Russian UI, no news
+# toast (labconfig/default_setting_overrides.json), the Validate dialog wraps long lines
+# (custom/custom.css); for students, nbgrader's exchange and instructor panels are off
+# (student/labconfig/page_config.json). What the lab saves goes to .jupyter/lab/ (git-ignored).
+PORT       ?=
+NO_BROWSER ?=
+TOKEN      ?=
+LAB_ROOT   ?= $(CURDIR)
+INSTRUCTOR ?=
 lab: $(VENV)/.installed
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
+	JUPYTER_CONFIG_DIR="$(CURDIR)/.jupyter" JUPYTER_CONFIG_PATH="$(if $(INSTRUCTOR),,$(CURDIR)/.jupyter/student)" \
+	"$(CURDIR)/$(BIN)/jupyter" lab --LabApp.custom_css=True --ServerApp.root_dir="$(LAB_ROOT)" \
+	  --LabApp.default_url=/lab/tree/notebooks $(if $(PORT),--ServerApp.port=$(PORT)) \
+	  $(if $(filter-out 0 no false,$(NO_BROWSER)),--no-browser) $(if $(TOKEN),--IdentityProvider.token="$(TOKEN)") \
+	  $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 ## test: the whole test suite (what CI runs)
 test: $(VENV)/.installed
