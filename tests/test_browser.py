@@ -1,14 +1,20 @@
 """Does the student's workflow work in a real browser: open the notebook, run it, press Validate?
 
-JupyterLab from this environment serves a copy of the lesson-02 student notebook (the main
-answer filled in, the bonus left as the stub) in a temp folder; Debian's headless Chromium,
-driven by Playwright, runs all cells, presses nbgrader's *Validate* and reads the "Validation
-Results" dialog: the bonus cells fail with the grader's Russian message.  Screenshots go to
-artifacts/ (git-ignored) for CI to keep.  Skipped only where /usr/bin/chromium is missing
-(`.ci/run` installs it).
+JupyterLab is started by the Makefile's own `make lab` command line (read with `make -n`, so the
+course's Jupyter settings in .jupyter/ are what is tested) on a temp folder holding student
+notebooks; Debian's headless Chromium, driven by Playwright, works with them:
+- lesson 02 with the main answer filled in and the bonus left as the stub: Run All, then Validate;
+  the bonus cells fail with the grader's Russian message;
+- a known-wrong attempt at lesson 02 and at lesson 05 (tests/banks/): Validate shows the grader's
+  whole message, every line wrapped inside the dialog (nothing cut on the right);
+- the UI is in Russian, with no "Jupyter news" toast and no nbgrader exchange panels
+  ("Error fetching courses!").
+Screenshots go to artifacts/ (git-ignored) for CI to keep.  Skipped only where /usr/bin/chromium
+is missing (`.ci/run` installs it).
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,6 +27,7 @@ import nbformat
 import pytest
 
 from autograder import course
+from bank import banks
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -28,6 +35,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run
 ARTIFACTS = course.ROOT / "artifacts"
 LESSON = "02_fused_rmsnorm"
 TOKEN = "browser-test"
+# Known-wrong attempts whose Validate message is long (grade ids of the bank, tests/banks/).
+WRONG_ATTEMPTS = {"02_fused_rmsnorm": "naive_temporaries", "05_flash_attention": "v2_causal_without_skipping"}
 
 pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM),
@@ -43,30 +52,46 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """JupyterLab on a temp folder holding the student notebook; yields (url, path of its log)."""
+def wrong_attempt(lesson: str):
+    """(student notebook with the bank's known-wrong answer, a phrase its Validate message must contain)."""
+    submission = next(w for w in banks()[lesson].WRONG if w.name == WRONG_ATTEMPTS[lesson])
+    nb = course.fill_answers(lesson, {**course.reference_answers(lesson), **submission.answers})
+    return nb, submission.says
+
+
+def make_lab_command(folder: Path, port: int) -> str:
+    """The shell command `make lab` runs, with this port, no browser, the test's token and root folder."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    dry_run = subprocess.run(
+        ["make", "-s", "-n", "-o", ".venv/.installed", "lab", f"PORT={port}", "NO_BROWSER=1",
+         f"TOKEN={TOKEN}", f"LAB_ROOT={folder}"],
+        cwd=course.ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert dry_run.returncode == 0 and "jupyter" in dry_run.stdout, dry_run.stdout + dry_run.stderr
+    return dry_run.stdout.strip() + " --ServerApp.ip=127.0.0.1 --ServerApp.port_retries=0"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """`make lab` on a temp folder holding the student notebooks; yields (url, path of its log)."""
+    tmp_path = tmp_path_factory.mktemp("browser")
     folder = tmp_path / "course"
     folder.mkdir()
     nb = course.fill_answers(LESSON, {"fused_rms_norm": course.reference_answers(LESSON)["fused_rms_norm"]})
     nbformat.write(nb, folder / f"{LESSON}.ipynb")
-    settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)  # no "Jupyter news" toast over the toolbar
-    (settings / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    for lesson in WRONG_ATTEMPTS:
+        nbformat.write(wrong_attempt(lesson)[0], folder / f"wrong_{lesson}.ipynb")
     notebook_settings = tmp_path / "lab-settings" / "@jupyterlab" / "notebook-extension"
     notebook_settings.mkdir(parents=True)  # every cell in the DOM, not only those in the viewport
     (notebook_settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     port = free_port()
+    # The course's settings (.jupyter/) come from the make command; what the lab saves goes to tmp.
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "MPLBACKEND": "Agg",
            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
     log = open(tmp_path / "lab.log", "wb")
     server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--allow-root",
-         f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={folder}",
-         f"--IdentityProvider.token={TOKEN}", "--ServerApp.port_retries=0"],
+        ["bash", "-c", make_lab_command(folder, port)],
         cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -112,20 +137,21 @@ def wait_for_idle_kernel(url: str, timeout_s: float = 120) -> None:
 
 
 def run_all_cells(page) -> None:
-    """Run > Run All Cells, retried while the click did not start anything (notebook not yet current)."""
+    """Выполнить > Запустить все ячейки (Run > Run All Cells in the Russian UI), retried while the
+    click did not start anything (notebook not yet current)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     for _ in range(3):
         # the cell's top-left corner (its prompt area, never a link): makes the notebook the current widget
         page.locator(".jp-Notebook .jp-Cell").first.click(position={"x": 10, "y": 10})
-        page.get_by_text("Run", exact=True).first.click()
-        page.get_by_text("Run All Cells", exact=True).click()
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Выполнить$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Запустить все ячейки$")).click()
         try:
             page.wait_for_function(STARTED, timeout=30_000, polling=500)
             return
         except PlaywrightTimeout:
             page.keyboard.press("Escape")
-    raise AssertionError("Run > Run All Cells did not start any cell (three attempts)")
+    raise AssertionError("Выполнить > Запустить все ячейки did not start any cell (three attempts)")
 
 
 def failure_report(page, lab_log: Path) -> str:
@@ -140,6 +166,64 @@ def failure_report(page, lab_log: Path) -> str:
     return f"--- page text (end) ---\n{text[-4000:]}\n--- JupyterLab log (end) ---\n{log[-3000:]}"
 
 
+def open_notebook(page, url: str, name: str) -> None:
+    """Open the notebook in a workspace of its own (no tabs restored from another test)."""
+    workspace = Path(name).stem.replace("_", "-")
+    page.goto(f"{url}/lab/workspaces/{workspace}/tree/{name}?token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+
+
+def validate(page) -> str:
+    """Press nbgrader's Validate and wait for its "Validation Results" dialog; the dialog's text."""
+    page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).click(force=True)
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=300_000)
+    page.wait_for_function(
+        "() => document.querySelector('.jp-Dialog') && "
+        "document.querySelector('.jp-Dialog').textContent.includes('Validation Results')",
+        timeout=300_000, polling=1000)
+    page.wait_for_timeout(500)
+    return dialog.text_content()
+
+
+# Text of the dialog that lies beyond its body's left or right edge, or a block that scrolls sideways:
+# a line the student cannot read without a horizontal scroll (or at all).
+CUT_TEXT = """() => {
+    const body = document.querySelector('.jp-Dialog .jp-Dialog-body');
+    const box = body.getBoundingClientRect();
+    const cut = [];
+    for (const el of [body, ...body.querySelectorAll('*')]) {
+        if (el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).display !== 'inline')
+            cut.push(`<${el.tagName.toLowerCase()}> scrollWidth ${el.scrollWidth} > clientWidth ${el.clientWidth}`);
+    }
+    const walker = document.createTreeWalker(body, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+        const range = document.createRange();
+        range.selectNodeContents(walker.currentNode);
+        for (const rect of range.getClientRects()) {
+            if (rect.width > 0 && (rect.right > box.right + 1 || rect.left < box.left - 1)) {
+                cut.push(`text beyond the dialog: ${walker.currentNode.textContent.trim().slice(0, 80)}`);
+                break;
+            }
+        }
+    }
+    return cut;
+}"""
+
+
+def ui_in_russian_without_noise(page) -> None:
+    """JupyterLab speaks Russian; no news toast, no nbgrader menu or exchange panels for students."""
+    menus = [m.strip() for m in page.locator(".lm-MenuBar-itemLabel").all_text_contents()]
+    assert "Файл" in menus and "Выполнить" in menus and "File" not in menus, menus
+    assert "Nbgrader" not in menus, menus  # formgrader, Assignment List, Courses: not for self-study
+    body = page.locator("body").inner_text()
+    for noise in ("Error fetching courses", "Jupyter news", "новости от Jupyter", "Create Assignment"):
+        assert noise not in body, noise
+    assert page.locator(".jp-toast-message, .Toastify__toast").count() == 0, \
+        page.locator(".jp-toast-message, .Toastify__toast").all_text_contents()
+
+
 def test_validate_in_jupyterlab_shows_the_graders_verdict(lab):
     """Does pressing Validate in JupyterLab show the grader's verdict for the student's notebook?"""
     from playwright.sync_api import sync_playwright
@@ -150,9 +234,7 @@ def test_validate_in_jupyterlab_shows_the_graders_verdict(lab):
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            page.goto(f"{url}/lab/tree/{LESSON}.ipynb?token={TOKEN}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            open_notebook(page, url, f"{LESSON}.ipynb")
             wait_for_idle_kernel(url)
 
             run_all_cells(page)
@@ -164,17 +246,11 @@ def test_validate_in_jupyterlab_shows_the_graders_verdict(lab):
             assert any("ещё не реализована" in text for text in outputs), shown[-6000:]
             passed = [text for text in outputs if "✓" in text]
             assert any("Эквивалентность с эталоном float64: 3 из 3" in text for text in passed), shown[-6000:]
+            # by now (a minute after the page loaded) the news toast would have come
+            ui_in_russian_without_noise(page)
 
-            page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).click(force=True)
-            dialog = page.locator(".jp-Dialog")
-            dialog.wait_for(timeout=300_000)
-            page.wait_for_function(
-                "() => document.querySelector('.jp-Dialog') && "
-                "document.querySelector('.jp-Dialog').textContent.includes('Validation Results')",
-                timeout=300_000, polling=1000)
-            page.wait_for_timeout(500)
+            text = validate(page)
             page.screenshot(path=str(ARTIFACTS / "browser-validate.png"), full_page=False)
-            text = dialog.text_content()
         except Exception as error:
             raise AssertionError(f"{error}\n{failure_report(page, lab_log)}") from error
         finally:
@@ -183,3 +259,30 @@ def test_validate_in_jupyterlab_shows_the_graders_verdict(lab):
     assert "Validation Results" in text
     assert "ещё не реализована" in text, text[:3000]  # the bonus stub, in the grader's words
     assert "Эквивалентность с эталоном" not in text  # the answered part passes: not listed
+
+
+@pytest.mark.parametrize("lesson", sorted(WRONG_ATTEMPTS))
+def test_validate_dialog_shows_the_whole_message(lab, lesson):
+    """Does Validate on a known-wrong attempt show the grader's whole message, no line cut on the right?"""
+    from playwright.sync_api import sync_playwright
+
+    url, lab_log = lab
+    _, says = wrong_attempt(lesson)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            open_notebook(page, url, f"wrong_{lesson}.ipynb")
+            text = validate(page)
+            cut = page.evaluate(CUT_TEXT)
+            page.screenshot(path=str(ARTIFACTS / f"browser-validate-{lesson}.png"), full_page=False)
+            ui_in_russian_without_noise(page)
+        except Exception as error:
+            raise AssertionError(f"{error}\n{failure_report(page, lab_log)}") from error
+        finally:
+            browser.close()
+    (ARTIFACTS / f"browser-validate-{lesson}.txt").write_text(text, encoding="utf-8")
+    assert "Validation Results" in text
+    assert says and says in text, text[:3000]  # the mistake the bank names, in the grader's words
+    assert not cut, "\n".join(cut)
