@@ -44,3 +44,7 @@ c.ExportApp.plugin_class = "autograder.grades_csv.CourseCsvExport"
 
 # `nbgrader generate_feedback`: hidden tests and their cases stay hidden; each check shown once.
 c.GenerateFeedback.preprocessors = feedback_preprocessors()
+
+# Feedback HTML wraps long lines of outputs and code (autograder/feedback_style.py; keep this after other GenerateFeedback settings).
+from autograder.feedback_style import WrapLongOutputLines  # noqa: E402
+c.GenerateFeedback.preprocessors.append(WrapLongOutputLines)
