@@ -42,9 +42,6 @@ use_course_autograde()
 # work that could not be graded (autograder/grades_csv.py).
 c.ExportApp.plugin_class = "autograder.grades_csv.CourseCsvExport"
 
-# `nbgrader generate_feedback`: hidden tests and their cases stay hidden; each check shown once.
+# `nbgrader generate_feedback`: hidden tests and their cases stay hidden; each check shown once;
+# long lines wrap (autograder/feedback_style.py).
 c.GenerateFeedback.preprocessors = feedback_preprocessors()
-
-# Feedback HTML wraps long lines of outputs and code (autograder/feedback_style.py; keep this after other GenerateFeedback settings).
-from autograder.feedback_style import WrapLongOutputLines  # noqa: E402
-c.GenerateFeedback.preprocessors.append(WrapLongOutputLines)

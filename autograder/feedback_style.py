@@ -3,7 +3,7 @@
 nbgrader's feedback template shows outputs in <pre> blocks that never wrap, so the end of a long
 grader message (the hint) lies beyond the right edge of the page.  This preprocessor runs after
 nbconvert's CSSHTMLHeaderPreprocessor and adds one CSS rule to the styles the template inlines
-(`resources["inlining"]["css"]`).  nbgrader_config.py appends it to GenerateFeedback.preprocessors.
+(`resources["inlining"]["css"]`); :func:`autograder.nbgrader_ext.feedback_preprocessors` puts it last.
 """
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool

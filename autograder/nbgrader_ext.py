@@ -219,11 +219,14 @@ def _without_hidden(source: str) -> str:
 
 
 def feedback_preprocessors() -> list:
-    """nbgrader's feedback steps with :class:`FeedbackVerdicts` after GetGrades."""
+    """nbgrader's feedback steps with :class:`FeedbackVerdicts` after GetGrades and the CSS that
+    wraps long lines (:mod:`autograder.feedback_style`) last."""
     from nbgrader.converters import GenerateFeedback
 
+    from .feedback_style import WrapLongOutputLines
+
     default = list(GenerateFeedback.class_traits()["preprocessors"].default())
-    return [default[0], FeedbackVerdicts, *default[1:]]
+    return [default[0], FeedbackVerdicts, *default[1:], WrapLongOutputLines]
 
 
 def error_output(ename: str, message: str) -> NotebookNode:

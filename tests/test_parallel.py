@@ -224,3 +224,5 @@ def test_feedback_keeps_hidden_tests_hidden(graded):
         assert text.count("Нулевые строки дают нули без NaN") <= 2, student  # title in the cell, once
     eps = (graded["folder"] / "feedback" / "eps_outside_root" / LESSON / f"{LESSON}.html").read_text(encoding="utf-8")
     assert "eps прибавлен вне корня" in eps
+    from autograder.feedback_style import WRAP_OUTPUT_CSS
+    assert eps.count(WRAP_OUTPUT_CSS.strip()) == 1  # long lines wrap: the hint is never cut off
