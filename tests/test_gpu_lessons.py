@@ -149,10 +149,10 @@ def bank_06() -> list[Entry]:
         Entry("matmul_tile_32", tile32),
         Entry("skips_last_partial_block", {"scale_add_source": SCALE_ADD_IF, "scale_add_gpu": replace(
             sa_wrap, "blocks = (n + threads - 1) // threads", "blocks = max(n // threads, 1)")},
-              {SA, SA_B}, says="NaN"),
+              {SA, SA_MEM, SA_B}, says="NaN"),  # the hidden memory case has n % 256 != 0
         Entry("writes_past_the_end", {"scale_add_source": replace(
             SCALE_ADD_IF, "if (i < n) out[i] = a * x[i] + y[i];", "out[i] = a * x[i] + y[i];")},
-              {SA, SA_B}, says="за пределы"),
+              {SA, SA_MEM, SA_B}, says="за пределы"),
         Entry("scale_add_cupy_composition", {"scale_add_gpu": "def scale_add_gpu(a, x, y):\n    return x * np.float32(a) + y\n"},
               {SA_MEM}, says="выделено"),
         Entry("scale_add_swapped", {"scale_add_source": replace(sa_src, "out[i] = a * x[i] + y[i];", "out[i] = a * y[i] + x[i];")},
@@ -178,7 +178,7 @@ def bank_06() -> list[Entry]:
         Entry("matmul_no_zero_fill", {"matmul_source": replace(replace(
             mm_src, "(row < M && ka < K) ? A[(size_t)row * K + ka] : 0.0f", "A[(size_t)row * K + ka]"),
             "(kb < K && col < N) ? B[(size_t)kb * N + col] : 0.0f", "B[(size_t)kb * N + col]")},
-              {MM, MM_S}, may_lose={MM_MEM}, says="не совпадает"),
+              {MM, MM_S}, may_lose={MM_MEM}, says="NaN"),  # it reads the guard bytes (NaN) past A
         Entry("matmul_missing_second_sync", {"matmul_source": replace(
             mm_src, "acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];\n        __syncthreads();",
             "acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];")}, {MM_S}, may_lose=MM_GPU, says="racecheck"),
@@ -299,7 +299,7 @@ def bank_07() -> list[Entry]:
             "for (int k = 0; k < D / (int)blockDim.x; ++k) { int i = threadIdx.x + k * blockDim.x; s += xr[i] * xr[i]; }"),
             "for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];",
             "for (int k = 0; k < D / (int)blockDim.x; ++k) { int i = threadIdx.x + k * blockDim.x; yr[i] = xr[i] * inv * w[i]; }")},
-            {TAILS07}, says="не совпадает"),
+            {TAILS07}, says="NaN"),  # the tail of y stays as the grader filled it: NaN
         Entry("float4_without_alignment_check", kernel(replace(
             src, "const bool aligned = (D % 4 == 0) && ((((size_t)x | (size_t)w | (size_t)y) & 15) == 0);",
             "const bool aligned = true;")), {TAILS07}, says="misaligned"),
@@ -466,7 +466,7 @@ def bank_08() -> list[Entry]:
         Entry("no_tail_guard", kernel(replace(replace(
             src, "const bool valid = g < n;", "const bool valid = true;"),
             "if (edge && (col >= n || (causal && col > row))) v = NEG_INF;",
-            "if (edge && causal && col > row) v = NEG_INF;")), {TAILS08}, says="не совпадает"),
+            "if (edge && causal && col > row) v = NEG_INF;")), {TAILS08}, says="NaN"),  # K/V rows past n: guard NaN
         Entry("diagonal_masked", kernel(replace(
             src, "if (edge && (col >= n || (causal && col > row))) v = NEG_INF;",
             "if (edge && (col >= n || (causal && col >= row))) v = NEG_INF;")),
