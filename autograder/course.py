@@ -192,7 +192,7 @@ def score_table(grades: list[CellGrade]) -> str:
 # --- grading many submissions (autograder/parallel.py) --------------------------------------
 
 #: Lessons whose checks need a CUDA GPU: graded on a GPU machine, merged into the class gradebook.
-GPU_LESSON_PREFIXES = ("07_", "08_")
+GPU_LESSON_PREFIXES = ("06_", "07_", "08_")
 
 
 def is_gpu_lesson(lesson: str) -> bool:

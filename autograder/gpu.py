@@ -1,14 +1,17 @@
-"""GPU lessons (07, 08): NVRTC compilation without a GPU, GPU checks, device memory and timing.
+"""GPU lessons (06-08): NVRTC compilation without a GPU, GPU checks, device memory and timing.
 
 * :func:`compile_source` compiles CUDA C with NVRTC through ``cuda.bindings.nvrtc`` (NVRTC needs
-  no driver, so it works on a laptop and in CI) for sm_90 and returns errors with line and
-  column plus the register / shared-memory use that ptxas reports.
+  no driver, so it works on a laptop and in CI) and returns errors with line and column plus the
+  register / shared-memory use that ptxas reports.  :func:`compile_check` compiles for every
+  architecture in :data:`ARCHS` (Colab's T4 is sm_75) and names the one an error belongs to.
 * :func:`gpu_check` registers a check that needs a GPU: on a machine without one it fails with
   0 points and the message "нужен GPU", never passes.  Each check already runs in its own worker
   process (:mod:`autograder.isolation`), so a kernel that faults or hangs costs only that check.
-* :class:`DeviceAllocations` observes every device allocation through CuPy's allocator hook;
+* :class:`DeviceAllocations` observes every device allocation through CuPy's allocator hook,
+  fills it with NaN before student code sees it and surrounds it with guard bytes that are
+  checked after the call (:func:`run_student` does this for every call of student code);
   :func:`time_student` / :func:`time_ms` time with CUDA events; :func:`sanitize` runs a student
-  function under ``compute-sanitizer --tool racecheck`` in a child process.
+  function under ``compute-sanitizer`` (racecheck, memcheck) in a child process.
 """
 from __future__ import annotations
 
@@ -36,8 +39,15 @@ except Exception:  # no CuPy (laptops, CI): compile checks still run, GPU checks
 #: from it.  MAINTAINERS: set it to the real repository before publishing the course.
 COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
 
-#: The architecture kernels are compiled for without a GPU (the H100 / H200 generation).
-ARCH = "sm_90"
+#: The architectures the compile check targets: Colab's free T4 (Turing), the A100 (Ampere: cp.async,
+#: bf16 mma) and the H100 / H200 (Hopper).  Resources are reported for the first and the last.
+ARCHS = ("sm_75", "sm_80", "sm_90")
+ARCH = "sm_90"  # the default of compile_source
+GPU_NAMES = {"sm_75": "T4 в Colab, Turing", "sm_80": "A100, Ampere", "sm_90": "H100/H200, Hopper"}
+
+#: Set to e.g. "75" to build every CuPy kernel as compute_75 PTX, JIT-compiled by the driver of a newer
+#: GPU: on an H200 this proves that the kernels and checks work on sm_75 (``__CUDA_ARCH__`` is 750).
+FORCE_PTX_ENV = "AUTOGRADER_FORCE_PTX_ARCH"
 
 
 def colab_url(lesson: str, branch: str = "main") -> str:
@@ -201,6 +211,10 @@ _HINTS = [
      "несовпадение типов: float4 и float — разные типы, указатели приводятся reinterpret_cast<...>"),
     (r"expression must be a modifiable lvalue",
      "запись в константу: вход объявлен как const float* — писать можно только в выход"),
+    (r"requires \.target sm_(\d+)|not supported on \.target|requires sm_\d+",
+     "эта инструкция есть не на всех GPU: cp.async и bf16 mma.sync появились в sm_80 (A100), а у T4 в Colab — "
+     "sm_75. Оберните быстрый путь в `#if __CUDA_ARCH__ >= 800 … #else <обычная загрузка / f16> #endif`: "
+     "NVRTC компилирует ядро отдельно для каждой архитектуры, и каждая получит свою ветку"),
     (r"too much shared data",
      "статической разделяемой памяти больше 48 КиБ: используйте extern __shared__ и shared_mem при запуске"),
 ]
@@ -249,8 +263,8 @@ def format_resources(resources: dict[str, Resources]) -> str:
     return "\n".join(lines)
 
 
-def compile_check(source, kernels: tuple[str, ...], *, what: str) -> str:
-    """The body of a lesson's "compiles" check: raise CheckFailed or describe the resources."""
+def compile_check(source, kernels: tuple[str, ...], *, what: str, archs: tuple[str, ...] = ARCHS) -> str:
+    """The body of a lesson's "compiles" check: every arch in ``archs``; CheckFailed or the resources."""
     if not isinstance(source, str):
         raise CheckFailed(f"{what} должен быть строкой с кодом CUDA C, а получено {type(source).__name__}.")
     if _STUB_MARK in source:
@@ -259,24 +273,54 @@ def compile_check(source, kernels: tuple[str, ...], *, what: str) -> str:
     if _NVRTC is None:
         raise CheckFailed("Не найден NVRTC из пакета cuda-python: установите `pip install cuda-bindings "
                           "nvidia-cuda-nvrtc` (первая ячейка ноутбука делает это в Colab).")
-    result = compile_source(source)
-    if not result.ok:
-        raise CheckFailed(f"{what} не компилируется (NVRTC, {ARCH}):\n{format_errors(result, source)}")
+    results = {arch: compile_source(source, arch=arch) for arch in archs}
+    failed = [arch for arch, r in results.items() if not r.ok]
+    if failed:
+        fine = [arch for arch in archs if arch not in failed]
+        where = ", ".join(f"{a} ({GPU_NAMES.get(a, a)})" for a in failed)
+        text = f"{what} не компилируется (NVRTC) для {where}"
+        if fine:
+            text += (f", хотя для {', '.join(fine)} компилируется: ядро использует то, чего на "
+                     f"{failed[0]} нет. Ошибки для {failed[0]}")
+        raise CheckFailed(f"{text}:\n{format_errors(results[failed[0]], source)}")
+    result = results[archs[-1]]
     missing = [k for k in kernels if not re.search(r'extern\s+"C"[^;{]*\b' + re.escape(k) + r"\s*\(", source)]
     if missing:
         names = ", ".join(missing)
         raise CheckFailed(f"В {what} нет ядра `extern \"C\" __global__ void {missing[0]}(...)` "
                           f"(не найдено: {names}). Без extern \"C\" имя искажается компилятором C++ "
                           "(name mangling), и cupy.RawKernel не найдёт ядро по имени.")
-    own = {k: v for k, v in result.resources.items() if k in kernels}
-    report = format_resources(own) if own else "расход регистров компилятор не сообщил"
-    return f"компилируется для {ARCH}.\n{report}"
+    reports = []
+    for arch in dict.fromkeys((archs[0], archs[-1])):
+        own = {k: v for k, v in results[arch].resources.items() if k in kernels}
+        reports.append(f"{arch}: " + (format_resources(own) if own else "расход регистров компилятор не сообщил"))
+    return f"компилируется для {', '.join(archs)}.\n" + "\n".join(reports)
 
 
 _warm_up_nvrtc()
 
 
 # --- is there a GPU? -----------------------------------------------------------------------
+
+def _force_ptx_arch() -> None:
+    """Honour :data:`FORCE_PTX_ENV`: CuPy builds PTX for that architecture and the driver JIT-compiles it.
+
+    CuPy picks ``-arch`` from the device (``cupy.cuda.compiler._get_arch``) and emits PTX instead of a
+    cubin when ``_use_ptx`` is set; both are module globals read at each compilation.
+    """
+    arch = os.environ.get(FORCE_PTX_ENV, "").strip()
+    if not arch or _cp is None:
+        return
+    from cupy.cuda import compiler
+
+    if not hasattr(compiler, "_get_arch"):
+        raise RuntimeError(f"{FORCE_PTX_ENV}: this CuPy has no compiler._get_arch to override")
+    compiler._get_arch = lambda: arch
+    compiler._use_ptx = True
+
+
+_force_ptx_arch()
+
 
 def gpu_status() -> tuple[bool, str]:
     """(True, description) on a machine with a usable CUDA GPU and CuPy, else (False, why not)."""
@@ -370,11 +414,16 @@ def _explain_cuda(text: str) -> str:
 
 
 def run_student(function, *args, case: str, what: str, **kwargs):
-    """Call the student's wrapper and wait for its kernels; CUDA errors get a Russian reason."""
-    try:
-        result = call_student(function, *args, case=case, what=what, **kwargs)
-    except CheckFailed as failure:
-        raise CheckFailed(f"{failure}{_explain_cuda(str(failure))}") from None
+    """Call the student's wrapper and wait for its kernels; CUDA errors get a Russian reason.
+
+    Every device allocation made during the call is NaN-filled and guarded; after the call the guard
+    bytes of those allocations and of the grader's inputs (:func:`device`) must be intact.
+    """
+    with DeviceAllocations() as seen:
+        try:
+            result = call_student(function, *args, case=case, what=what, **kwargs)
+        except CheckFailed as failure:
+            raise CheckFailed(f"{failure}{_explain_cuda(str(failure))}") from None
     try:
         _cp.cuda.Device().synchronize()
     except Exception as error:  # the kernel faulted after the call returned
@@ -382,6 +431,14 @@ def run_student(function, *args, case: str, what: str, **kwargs):
         raise CheckFailed(shorten(f"ядро {what} завершилось с ошибкой CUDA на случае {case}:\n{text}"
                                   f"{_explain_cuda(text)}\nПосле такой ошибки контекст CUDA процесса "
                                   "испорчен; остальные проверки идут в своих процессах.")) from None
+    damaged = (seen._outer or seen).damaged_guards()
+    if seen._outer is None:
+        seen.release()
+    if damaged:
+        raise CheckFailed(guard_message(damaged, whose="выделенного массива (выхода)", case=case, what=what))
+    damaged = _INPUTS.damaged_guards()
+    if damaged:
+        raise CheckFailed(guard_message(damaged, whose="входного массива", case=case, what=what))
     return result
 
 
@@ -396,42 +453,105 @@ def to_host(got, *, shape: tuple[int, ...], case: str, name: str = "резуль
         raise CheckFailed(f"{name}: форма {tuple(got.shape)}, ожидалась {tuple(shape)} (случай: {case}).")
     if got.dtype != np.float32:
         raise CheckFailed(f"{name}: dtype {got.dtype}, ожидался float32 (случай: {case}).")
-    return _cp.asnumpy(got)
+    host = _cp.asnumpy(got)
+    bad = ~np.isfinite(host)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise CheckFailed(
+            f"{name} содержит {int(bad.sum())} значений NaN/inf из {host.size} (случай: {case}); первый — "
+            f"по индексу {first}. Либо ядро их вычислило (переполнение exp, деление на 0), либо не записало "
+            "эти элементы: проверка заполняет каждый новый массив на GPU значениями NaN до запуска ядра. "
+            "Вероятная ошибка во втором случае: число блоков округлено вниз (n // block вместо "
+            "(n + block − 1) // block) — последний неполный блок не запущен, — или цикл потока кончается раньше.")
+    return host
+
+
+_EXACT_ALLOCATIONS = False  # under compute-sanitizer memcheck: plain cudaMalloc of the exact size
 
 
 def device(array: np.ndarray):
-    """A host array on the GPU (a fresh device allocation)."""
-    return _cp.asarray(array)
+    """A host array on the GPU: a fresh allocation with guard bytes, checked after each student call."""
+    if _EXACT_ALLOCATIONS:
+        return _cp.asarray(array)
+    array = np.ascontiguousarray(array)
+    base = _cp.get_default_memory_pool().malloc(array.nbytes + 2 * GUARD_BYTES)
+    _cp.cuda.runtime.memset(base.ptr, POISON, array.nbytes + 2 * GUARD_BYTES)
+    _INPUTS.blocks.append((base, array.nbytes))
+    out = _cp.ndarray(array.shape, dtype=array.dtype,
+                      memptr=_cp.cuda.MemoryPointer(base.mem, base.ptr - base.mem.ptr + GUARD_BYTES))
+    out.set(array)
+    return out
 
 
 # --- observing device allocations ----------------------------------------------------------
+
+GUARD_BYTES = 256  # before and after every allocation; 256 keeps CuPy's alignment
+POISON = 0xFF      # every byte 0xFF: each float32 / float64 is a NaN, each int32 is -1
+
 
 class DeviceAllocations:
     """Every allocation made through CuPy while the block runs: count, total and largest bytes.
 
     CuPy allocates all arrays through one allocator function; the hook wraps the default memory
-    pool's ``malloc``.  Arrays that existed before (the inputs) are not counted.
+    pool's ``malloc``.  Arrays that existed before (the inputs) are not counted.  Each allocation
+    is filled with NaN (the pool hands back memory the grader just freed, so an element the
+    kernel never writes could otherwise hold the right value by chance) and gets
+    :data:`GUARD_BYTES` of the same pattern before and after it; :meth:`damaged_guards` reports
+    writes into them.  Nested blocks share the outermost hook.
     """
+
+    _active = None
 
     def __init__(self) -> None:
         self.sizes: list[int] = []
+        self.blocks: list = []  # (pooled pointer of size + 2 guards, requested size)
         self._pool = _cp.get_default_memory_pool()
+        self._outer = None
 
     def _malloc(self, size: int):
         self.sizes.append(int(size))
-        return self._pool.malloc(size)
+        base = self._pool.malloc(size + 2 * GUARD_BYTES)
+        _cp.cuda.runtime.memsetAsync(base.ptr, POISON, size + 2 * GUARD_BYTES,
+                                     _cp.cuda.get_current_stream().ptr)
+        self.blocks.append((base, int(size)))
+        return _cp.cuda.MemoryPointer(base.mem, base.ptr - base.mem.ptr + GUARD_BYTES)
 
     def __enter__(self):
+        if DeviceAllocations._active is not None:  # nested: the outer hook records and guards
+            self._outer = DeviceAllocations._active
+            self._first = len(self._outer.sizes)
+            return self
+        DeviceAllocations._active = self
         _cp.cuda.set_allocator(self._malloc)
         return self
 
     def __exit__(self, *exc):
+        if self._outer is not None:
+            self.sizes = self._outer.sizes[self._first:]
+            return False
+        DeviceAllocations._active = None
         current = _cp.cuda.get_allocator()
         _cp.cuda.set_allocator(self._pool.malloc)
         if exc[0] is None and getattr(current, "__self__", None) is not self:
             raise CheckFailed("функция заменила распределитель памяти CuPy (cupy.cuda.set_allocator): "
                               "при проверке это запрещено.")
         return False
+
+    def damaged_guards(self) -> list:
+        """(requested size, "до"/"после", bytes changed) of every block whose guard bytes changed."""
+        found = []
+        for base, size in self.blocks:
+            offset = base.ptr - base.mem.ptr
+            for where, start in (("до", 0), ("после", GUARD_BYTES + size)):
+                view = _cp.ndarray((GUARD_BYTES,), dtype=_cp.uint8,
+                                   memptr=_cp.cuda.MemoryPointer(base.mem, offset + start))
+                changed = int(GUARD_BYTES - np.count_nonzero(view.get() == POISON))
+                if changed:
+                    found.append((size, where, changed))
+        return found
+
+    def release(self) -> None:
+        self.blocks.clear()
 
     @property
     def total(self) -> int:
@@ -440,6 +560,24 @@ class DeviceAllocations:
     @property
     def largest(self) -> int:
         return max(self.sizes, default=0)
+
+
+class _GuardedInputs:
+    """Inputs the grader put on the GPU (:func:`device`) with guard bytes; checked after every student call."""
+
+    blocks: list = []
+    damaged_guards = DeviceAllocations.damaged_guards
+
+
+_INPUTS = _GuardedInputs()
+
+
+def guard_message(damaged, *, whose: str, case: str, what: str) -> str:
+    size, where, changed = damaged[0]
+    return (f"ядро {what} записало за пределы {whose} (случай: {case}): изменено {changed} Б из "
+            f"{GUARD_BYTES} контрольных байт {where} массива размером {size} Б. Даже если значения "
+            "совпали, такая запись портит чужую память. Вероятная ошибка: нет защиты хвоста "
+            "(`if (i < n)`) при числе блоков, округлённом вверх, или неверно вычислен индекс строки/столбца.")
 
 
 # --- timing ----------------------------------------------------------------------------------
@@ -521,9 +659,13 @@ def sanitize(function, inputs: str, case: dict, *, tool: str = "racecheck", time
 
     sanitizer = _SANITIZER
     if sanitizer is None:
-        raise CheckFailed("не найден compute-sanitizer (входит в CUDA Toolkit): проверка гонок невозможна. "
-                          "В Colab он есть в /usr/local/cuda/bin.")
-    payload = pickle.dumps({"function": cloudpickle.dumps(function), "inputs": inputs, "case": case})
+        purpose = "гонок в разделяемой памяти" if tool == "racecheck" else "выходов за границы массивов"
+        raise CheckFailed(f"не найден compute-sanitizer (входит в CUDA Toolkit): проверка {purpose} "
+                          "на этой машине невозможна, и эта проверка не засчитывается (0 баллов), а не "
+                          "пропускается. В Colab он есть в /usr/local/cuda/bin; на машине преподавателя "
+                          "проверка пройдёт полностью.")
+    payload = pickle.dumps({"function": cloudpickle.dumps(function), "inputs": inputs, "case": case,
+                            "tool": tool})
     with tempfile.TemporaryDirectory(prefix="autograder-sanitize-") as folder:
         log_path = os.path.join(folder, "sanitizer.log")
         command = [sanitizer, "--tool", tool, "--log-file", log_path, "--print-limit", "20",
@@ -552,7 +694,11 @@ def _sanitize_child() -> None:
     """Inside compute-sanitizer: build the inputs, run the student's function once, wait."""
     import importlib
 
+    global _EXACT_ALLOCATIONS
     request = pickle.loads(sys.stdin.buffer.read())
+    if request.get("tool") == "memcheck":  # no pool: memcheck sees each array's exact bounds
+        _EXACT_ALLOCATIONS = True
+        _cp.cuda.set_allocator(None)
     module, name = request["inputs"].split(":")
     args = getattr(importlib.import_module(module), name)(**request["case"])
     _warm_up()
@@ -572,3 +718,14 @@ def race_message(report: SanitizerReport, case: str) -> str:
         "\nВероятная ошибка: нет __syncthreads() между записью в __shared__ одними потоками и чтением "
         "другими (после загрузки тайла, после записи частичных сумм) или перед перезаписью тайла. "
         "Результат при этом может случайно совпасть с эталоном — гонка от этого не исчезает.", 1500)
+
+
+def memcheck_message(report: SanitizerReport, case: str) -> str:
+    found = [line.strip(" =") for line in report.log.splitlines()
+             if "Invalid" in line or "out of bounds" in line or "Address" in line][:6]
+    return shorten(
+        f"compute-sanitizer --tool memcheck нашёл обращения за пределы массивов: {report.errors} ошибок "
+        f"(случай: {case}).\n" + "\n".join(found) +
+        "\nВероятная ошибка: поток с индексом i ≥ n читает или пишет элемент — нет защиты хвоста "
+        "`if (i < n)` при числе блоков, округлённом вверх; или неверен индекс строки/столбца у краёв "
+        "тайла. Такая ошибка может не менять результат и не ронять ядро, но портит чужую память.", 1500)

@@ -247,3 +247,31 @@ def races(flash_attention_gpu, cases=({"H": 1, "n": 128, "d": 64, "seed": 12},))
         if report.errors:
             raise CheckFailed(gpu.race_message(report, describe_case(**c)))
     return "compute-sanitizer --tool racecheck: 0 гонок"
+
+
+def step2_feedback(fast, step1, H: int = 16, n: int = 4096, d: int = 64) -> str:
+    """Step 2 of the lesson, ungraded: is the fast kernel right, and how much faster than step 1?
+
+    Runs in the student's kernel (not a check): the fast kernel is compared with the float64 oracle on
+    small cases, then both are timed with CUDA events.
+    """
+    cp = gpu._cp
+    lines = []
+    for c in ({"H": 2, "n": 200, "d": 64, "seed": 21}, {"H": 1, "n": 77, "d": 128, "seed": 22, "causal": True}):
+        q, k, v = _inputs(c["H"], c["n"], c["d"], c["seed"])
+        causal = c.get("causal", False)
+        got = cp.asnumpy(fast(cp.asarray(q), cp.asarray(k), cp.asarray(v), causal))
+        error = float(np.max(np.abs(got - oracle(q, k, v, causal))))
+        ok = bool(np.isfinite(error) and error < 1e-4)
+        lines.append(f"{describe_case(**c)}: макс. ошибка {error:.2e} — {'верно' if ok else 'НЕВЕРНО'}")
+        if not ok:
+            return "Шаг 2: " + "; ".join(lines) + ". Сначала добейтесь верного результата."
+    q, k, v = (cp.asarray(a) for a in _inputs(H, n, d, 23))
+    for causal in (False, True):
+        ms_fast = gpu.time_ms(fast, q, k, v, causal, repeat=3, rounds=3)
+        ms_step1 = gpu.time_ms(step1, q, k, v, causal, repeat=1, rounds=3, warmup=1)
+        flops = _flops(H, n, d, causal)
+        lines.append(f"{'causal' if causal else 'без маски'} (H={H}, n={n}, d={d}): шаг 2 {ms_fast:.2f} мс = "
+                     f"{flops / ms_fast / 1e9:.1f} TFLOP/s, шаг 1 {ms_step1:.2f} мс = {flops / ms_step1 / 1e9:.1f} "
+                     f"TFLOP/s, ускорение {ms_step1 / ms_fast:.1f}×")
+    return "Шаг 2 (не оценивается):\n" + "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Benchmark of the reference CUDA kernels of lessons 07 and 08: one command, a table, a JSON file.
+"""Benchmark of the GPU lessons 06-08: one command, a table, a JSON file.
 
     python benchmarks/gpu_kernels.py [--out benchmarks/results/gpu_kernels_h200.json] [--quick]
 
@@ -7,8 +7,11 @@ rounds after warm-up):
 * device-to-device copy bandwidth (bytes read + written): the practical memory ceiling;
 * fused RMSNorm fp32 of solutions/07 vs ``torch.nn.functional.rms_norm`` vs the naive CuPy
   composition, T=65536 with D=4096 and D=1024 (and T=8192, D=4096, the graded shape);
-* FlashAttention fp32 of solutions/08 vs ``torch.nn.functional.scaled_dot_product_attention`` in
-  fp32 vs naive CuPy (S materialised), H=16 heads, n=4096 and 16384, d=64 and 128, causal and not.
+* lesson 06's figures: the device's execution-model facts, the launch latency of an empty kernel
+  (and ten CuPy ops against one fused kernel), copy bandwidth with reads 1..64 elements apart;
+* FlashAttention fp32 of solutions/08 (step 2, the fast kernel) vs ``torch.nn.functional.scaled_dot_product_attention`` in
+  fp32 vs naive CuPy (S materialised), H=16 heads, n=4096 and 16384, d=64 and 128, causal and not;
+  step 1 (one thread per query row, the graded skeleton) at n=4096 only (it is slow).
 The kernels are read from the instructor notebooks (their answer cells), so the benchmark always
 measures what the course ships.  Goals are the issue's: RMSNorm >= 93 % of the copy and >= 1.35x
 torch; attention >= SDPA fp32; causal >= 1.7x faster than non-causal at n=16384.
@@ -200,6 +203,10 @@ def table(result: dict) -> str:
     lines = [f"{result['software']['device']}  {result['date']}  CuPy {result['software']['cupy']}  "
              f"torch {result['software'].get('torch', '-')}",
              f"copy device->device: {result['copy']['tb_per_s']:.2f} TB/s (read + write)", "",
+             "lesson 06: " + ", ".join(f"{k} {v:.2f}" for k, v in result["cuda_basics"]["launch_latency"].items()
+                                       if k.endswith("_us")),
+             "strided copy GB/s: " + ", ".join(f"stride {k}: {v:.0f}"
+                                                for k, v in result["cuda_basics"]["strided_bandwidth_gbs"].items()), "",
              f"{'RMSNorm fp32':<18}{'fused ms':>10}{'TB/s':>7}{'%copy':>7}{'torch ms':>10}{'x torch':>9}"
              f"{'naive ms':>10}{'x naive':>9}"]
     for r in result["rmsnorm"]:
@@ -212,6 +219,9 @@ def table(result: dict) -> str:
         lines.append(f"{name:<26}{r['flash_ms']:>10.2f}{r['flash_tflops']:>9.1f}"
                      f"{r.get('sdpa_tflops', float('nan')):>8.1f}{r.get('naive_tflops', float('nan')):>8.1f}"
                      f"{r.get('flash_vs_sdpa', float('nan')):>8.2f}")
+    for r in result.get("attention_step1", []):
+        lines.append(f"step 1 n={r['n']} d={r['d']} {'causal' if r['causal'] else 'full'}: "
+                     f"{r['flash_ms']:.2f} ms, {r['flash_tflops']:.2f} TFLOP/s")
     lines += ["", "goals:"]
     for g in result["goals"]:
         lines.append(f"  {'met ' if g['met'] else 'SHORT'} {g['goal']}: {g['measured']:.2f} (target {g['target']:g})")
@@ -231,7 +241,10 @@ def main(argv=None) -> int:
         torch = None
     namespace = {"cp": cp, "np": np, "math": math}
     fused = load_answers("07_cupy_rmsnorm", dict(namespace))["fused_rms_norm_gpu"]
-    flash = load_answers("08_cupy_flash_attention", dict(namespace))["flash_attention_gpu"]
+    lesson08 = load_answers("08_cupy_flash_attention", dict(namespace))
+    flash, flash_step1 = lesson08["flash_attention_fast_gpu"], lesson08["flash_attention_gpu"]
+    sys.path.insert(0, str(ROOT))
+    from autograder import cuda_basics
     timer = Timer(cp, torch)
     rms_shapes = [(4096, 1024)] if args.quick else RMS_SHAPES
     attention_shapes = [(4, 1024, 64, False), (4, 1024, 64, True)] if args.quick else ATTENTION_SHAPES
@@ -240,8 +253,13 @@ def main(argv=None) -> int:
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "software": software(cp, torch), "goals_defined": GOALS}
     result["copy"] = bench_copy(cp, timer)
+    result["device_facts"] = cuda_basics.device_facts()
+    result["cuda_basics"] = {"date": result["date"][:10], "launch_latency": cuda_basics.launch_latency(),
+                             "strided_bandwidth_gbs": cuda_basics.strided_bandwidth()}
     result["rmsnorm"] = bench_rms(cp, torch, timer, fused, result["copy"]["tb_per_s"], rms_shapes)
     result["attention"] = bench_attention(cp, torch, timer, flash, attention_shapes)
+    step1_shapes = [s for s in attention_shapes if s[1] <= 4096]
+    result["attention_step1"] = bench_attention(cp, None, timer, flash_step1, step1_shapes, with_naive=False)
     result["goals"] = goals(result["rmsnorm"], result["attention"])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

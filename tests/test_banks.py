@@ -53,7 +53,7 @@ def test_every_lesson_has_a_bank():
     """Is every lesson's grader graded by a bank of at least 10 known mistakes?"""
     found = banks()
     for lesson in course.lessons():
-        if lesson.startswith(("07_", "08_")):
+        if course.is_gpu_lesson(lesson):
             continue  # GPU lessons: their banks run on a GPU (tests/test_gpu_lessons.py)
         assert lesson in found, f"no bank for {lesson} in tests/banks/"
         assert len(found[lesson].WRONG) >= 10, f"{lesson}: fewer than 10 known-wrong submissions"

@@ -9,7 +9,8 @@ from autograder.core import all_checks
 from autograder.notebook import run
 
 HAS_GPU = gpu.gpu_status()[0]
-GPU_LESSONS = {"07_cupy_rmsnorm": ("RMSNORM_SRC", ("rms_norm",)),
+GPU_LESSONS = {"06_cuda_basics": ("SCALE_ADD_SRC", ("scale_add",)),
+               "07_cupy_rmsnorm": ("RMSNORM_SRC", ("rms_norm",)),
                "08_cupy_flash_attention": ("FLASH_SRC", ("flash_attention_d64", "flash_attention_d128"))}
 
 GOOD = 'extern "C" __global__ void k(float* y, int n) { if (threadIdx.x < n) y[threadIdx.x] = 1.0f; }'
@@ -17,20 +18,20 @@ GOOD = 'extern "C" __global__ void k(float* y, int n) { if (threadIdx.x < n) y[t
 
 def reference_source(lesson: str) -> str:
     ns = {}
-    exec(course.reference_answers(lesson)[{"07_cupy_rmsnorm": "rmsnorm_source",
+    exec(course.reference_answers(lesson)[{"06_cuda_basics": "scale_add_source", "07_cupy_rmsnorm": "rmsnorm_source",
                                            "08_cupy_flash_attention": "flash_source"}[lesson]], ns)
     return ns[GPU_LESSONS[lesson][0]]
 
 
 @pytest.mark.parametrize("lesson", sorted(GPU_LESSONS))
-def test_reference_kernels_compile_for_sm90_without_a_gpu(lesson):
+def test_reference_kernels_compile_without_a_gpu(lesson):
     """Do the reference kernels compile with NVRTC here, and does ptxas report their registers?"""
     name, kernels = GPU_LESSONS[lesson]
     result = gpu.compile_source(reference_source(lesson))
     assert result.ok, result.log
     for kernel in kernels:
         r = result.resources[kernel]
-        assert 0 < r.registers <= 255 and r.spill_stores == 0, r
+        assert 0 < r.registers <= 255, r
     detail = gpu.compile_check(reference_source(lesson), kernels, what=name)
     assert "регистров" in detail
 
@@ -78,18 +79,18 @@ def test_compile_check_refuses_stubs_and_missing_kernels(source, says):
 
 
 def test_gpu_checks_are_registered_without_memory_cap():
-    """Does every run check of lessons 07/08 need a GPU and run without the address-space cap?"""
-    checks = {**all_checks("lesson07."), **all_checks("lesson08.")}
-    run_checks = {k: c for k, c in checks.items() if not k.endswith(".compiles")}
-    assert len(run_checks) == 13
+    """Does every run check of lessons 06-08 need a GPU and run without the address-space cap?"""
+    checks = {**all_checks("lesson06."), **all_checks("lesson07."), **all_checks("lesson08.")}
+    run_checks = {k: c for k, c in checks.items() if not k.endswith("compiles")}
+    assert len(run_checks) == 22
     assert all(c.needs_gpu and c.memory_limit_gib is None for c in run_checks.values())
-    assert not any(checks[k].needs_gpu for k in ("lesson07.compiles", "lesson08.compiles"))
+    assert not any(c.needs_gpu for k, c in checks.items() if k.endswith("compiles"))
 
 
 @pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU: the run checks really run")
 def test_run_checks_without_a_gpu_fail_with_zero_points_and_say_so():
     """Without a GPU, is every run check a clear failure ("нужен GPU", 0 points), never a pass?"""
-    for check_id, check in {**all_checks("lesson07."), **all_checks("lesson08.")}.items():
+    for check_id, check in {**all_checks("lesson06."), **all_checks("lesson07."), **all_checks("lesson08.")}.items():
         if check.needs_gpu:
             result = run(check_id, lambda *a, **k: None)
             assert not result.passed and result.score == 0, check_id
@@ -105,3 +106,69 @@ def test_notebooks_open_in_colab_and_install_from_the_course_repository(lesson):
         install = cells[1].source
         assert f'COURSE_REPOSITORY = "{gpu.COURSE_REPOSITORY}"' in install
         assert re.search(r'find_spec\("autograder"\) is None', install)
+
+
+# --- every reference and bank kernel of lessons 06-08, for every target (CI has no GPU) --------------
+
+def _bank_sources() -> dict[str, tuple[str, str, tuple[str, ...]]]:
+    """Distinct kernel sources of the GPU banks: text -> (entry, variable, kernels); compile errors left out."""
+    import test_gpu_lessons as banks  # the bank module is skipped without a GPU, its builders are plain code
+
+    variables = {"scale_add_source": ("SCALE_ADD_SRC", ("scale_add",)),
+                 "row_sums_source": ("ROW_SUMS_SRC", ("row_sums",)),
+                 "matmul_source": ("MATMUL_SRC", ("matmul_tiled",)),
+                 "rmsnorm_source": ("RMSNORM_SRC", ("rms_norm",)),
+                 "flash_source": ("FLASH_SRC", ("flash_attention_d64", "flash_attention_d128")),
+                 "flash_fast_source": ("FLASH_FAST_SRC", ("flash_attention_d64", "flash_attention_d128"))}
+    found = {}
+    for lesson, build in banks.BANKS.items():
+        reference = banks.answers_of(banks.source_path(lesson))
+        for entry in build():
+            if entry.name in ("untouched",) or "compile_error" in entry.name:
+                continue
+            for cell, code in {**reference, **entry.answers}.items():
+                if cell in variables:
+                    ns = {}
+                    exec(code, ns)
+                    name, kernels = variables[cell]
+                    found.setdefault(ns[name], (f"{lesson}:{entry.name}", name, kernels))
+    return found
+
+
+def test_every_gpu_kernel_compiles_for_sm75_sm80_sm90():
+    """Do all reference and bank kernels of lessons 06-08 compile for the T4, the A100 and the H100/H200?"""
+    sources = _bank_sources()
+    assert len(sources) >= 20
+    for source, (entry, name, kernels) in sources.items():
+        for arch in gpu.ARCHS:
+            result = gpu.compile_source(source, arch=arch)
+            assert result.ok, f"{entry} ({name}) for {arch}:\n{result.log[:2000]}"
+            assert set(kernels) <= set(result.resources), (entry, arch, sorted(result.resources))
+
+
+UNGUARDED_CP_ASYNC = r'''
+extern "C" __global__ void k(const float* x, float* y)
+{
+    __shared__ float4 tile[32];
+    const unsigned address = (unsigned)__cvta_generic_to_shared(&tile[threadIdx.x]);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 16;\n" :: "r"(address), "l"(x + 4 * threadIdx.x));
+    asm volatile("cp.async.wait_all;\n" ::);
+    __syncthreads();
+    y[threadIdx.x] = tile[threadIdx.x].x;
+}
+'''
+
+
+def test_cp_async_without_guard_is_named_for_sm75():
+    """Does a kernel with unguarded cp.async fail the compile check, naming sm_75 and how to guard it?"""
+    from autograder.core import CheckFailed
+
+    with pytest.raises(CheckFailed) as failure:
+        gpu.compile_check(UNGUARDED_CP_ASYNC, ("k",), what="SRC")
+    text = str(failure.value)
+    assert "sm_75 (T4" in text and "хотя для sm_80, sm_90 компилируется" in text
+    assert "cp.async" in text and "__CUDA_ARCH__ >= 800" in text
+    guarded = UNGUARDED_CP_ASYNC.replace("    const unsigned", "#if __CUDA_ARCH__ >= 800\n    const unsigned").replace(
+        '    asm volatile("cp.async.wait_all;\\n" ::);',
+        '    asm volatile("cp.async.wait_all;\\n" ::);\n#else\n    tile[threadIdx.x] = reinterpret_cast<const float4*>(x)[threadIdx.x];\n#endif')
+    assert "компилируется для sm_75, sm_80, sm_90" in gpu.compile_check(guarded, ("k",), what="SRC")

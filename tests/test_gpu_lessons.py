@@ -1,7 +1,8 @@
-"""On a GPU: do lessons 07 and 08 grade right — the solutions fully, known-wrong kernels exactly?
+"""On a GPU: do lessons 06, 07 and 08 grade right — the solutions fully, known-wrong kernels exactly?
 
 Skipped without a GPU (CI has none); run it on a CUDA machine with CuPy:
-``python -m pytest tests/test_gpu_lessons.py -v``.  It needs no nbgrader: notebooks are read as
+``python -m pytest tests/test_gpu_lessons.py -v``.  With ``AUTOGRADER_FORCE_PTX_ARCH=75`` every kernel is
+built as compute_75 PTX and JIT-compiled by the driver: on an H200 that proves the T4 (sm_75) path.  It needs no nbgrader: notebooks are read as
 JSON and every check runs through :func:`autograder.notebook.run`, in its worker process, as
 under ``nbgrader autograde``.  Set ``GPU_TEST_REPORT=path.json`` to keep every verdict.
 
@@ -27,7 +28,7 @@ from autograder.notebook import run
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not gpu.gpu_status()[0],
-                                reason=f"GPU-проверки уроков 07/08 требуют GPU и CuPy ({gpu.gpu_status()[1]})")
+                                reason=f"GPU-проверки уроков 06–08 требуют GPU и CuPy ({gpu.gpu_status()[1]})")
 
 
 # --- notebooks as JSON (no nbformat needed on a bare GPU machine) ---------------------------
@@ -92,6 +93,104 @@ class Entry:
 def replace(text: str, old: str, new: str) -> str:
     assert old in text, f"bank drift: {old!r} not in the reference answer"
     return text.replace(old, new)
+
+
+# Lesson 06 -----------------------------------------------------------------------------------
+L06 = "06_cuda_basics"
+SA_C, SA, SA_MEM, SA_B = (f"lesson06.{n}" for n in ("scale_add_compiles", "scale_add", "scale_add_memory",
+                                                     "scale_add_bounds"))
+RS_C, RS, RS_MEM, RS_S = (f"lesson06.{n}" for n in ("row_sums_compiles", "row_sums", "row_sums_memory",
+                                                     "row_sums_sanitizer"))
+MM_C, MM, MM_MEM, MM_S = (f"lesson06.{n}" for n in ("matmul_compiles", "matmul", "matmul_memory",
+                                                     "matmul_sanitizer"))
+SA_GPU, RS_GPU, MM_GPU = frozenset({SA, SA_MEM, SA_B}), frozenset({RS, RS_MEM, RS_S}), frozenset({MM, MM_MEM, MM_S})
+
+SCALE_ADD_IF = r'''
+SCALE_ADD_SRC = r"""
+extern "C" __global__ void scale_add(float a, const float* x, const float* y, float* out, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a * x[i] + y[i];
+}
+"""
+'''
+ROW_SUMS_SHARED_ONLY = r'''
+ROW_SUMS_SRC = r"""
+extern "C" __global__ void row_sums(const float* x, float* out, int T, int D)
+{
+    __shared__ float partial[256];
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) s += x[(size_t)blockIdx.x * D + j];
+    partial[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}
+"""
+'''
+
+
+def bank_06() -> list[Entry]:
+    ref = answers_of(source_path(L06))
+    sa_src, sa_wrap = ref["scale_add_source"], ref["scale_add_gpu"]
+    rs_src, mm_src, mm_wrap = ref["row_sums_source"], ref["matmul_source"], ref["matmul_tiled_gpu"]
+    tile32 = {"matmul_source": replace(mm_src, "#define TILE 16", "#define TILE 32"),
+              "matmul_tiled_gpu": replace(replace(replace(mm_wrap, "(N + 15) // 16", "(N + 31) // 32"),
+                                                  "(M + 15) // 16", "(M + 31) // 32"), "(16, 16)", "(32, 32)")}
+    return [
+        Entry("reference", {}),
+        Entry("untouched", answers_of(ROOT / "notebooks" / L06 / f"{L06}.ipynb"),
+              SA_GPU | RS_GPU | MM_GPU | {SA_C, RS_C, MM_C}, says="заглушки"),
+        Entry("if_guard_instead_of_grid_stride", {"scale_add_source": SCALE_ADD_IF}),
+        Entry("row_sums_shared_tree_only", {"row_sums_source": ROW_SUMS_SHARED_ONLY}),
+        Entry("matmul_tile_32", tile32),
+        Entry("skips_last_partial_block", {"scale_add_source": SCALE_ADD_IF, "scale_add_gpu": replace(
+            sa_wrap, "blocks = (n + threads - 1) // threads", "blocks = max(n // threads, 1)")},
+              {SA, SA_MEM, SA_B}, says="NaN"),  # the hidden memory case has n % 256 != 0
+        Entry("writes_past_the_end", {"scale_add_source": replace(
+            SCALE_ADD_IF, "if (i < n) out[i] = a * x[i] + y[i];", "out[i] = a * x[i] + y[i];")},
+              {SA, SA_MEM, SA_B}, says="за пределы"),
+        Entry("scale_add_cupy_composition", {"scale_add_gpu": "def scale_add_gpu(a, x, y):\n    return x * np.float32(a) + y\n"},
+              {SA_MEM}, says="выделено"),
+        Entry("scale_add_swapped", {"scale_add_source": replace(sa_src, "out[i] = a * x[i] + y[i];", "out[i] = a * y[i] + x[i];")},
+              {SA, SA_B}, says="a·y + x"),
+        Entry("scale_add_in_place", {"scale_add_gpu": replace(replace(
+            sa_wrap, "(np.float32(a), x, y, out, np.int32(n))", "(np.float32(a), x, y, y, np.int32(n))"), "return out", "return y")},
+              {SA_MEM}, says="изменила вход y"),
+        Entry("scale_add_illegal_address", {"scale_add_source": replace(
+            sa_src, "out[i] = a * x[i] + y[i];", "out[(size_t)i * 100000000] = a * x[i] + y[i];")},
+              SA_GPU, says="illegal address"),
+        Entry("scale_add_compile_error", {"scale_add_source": replace(sa_src, "out[i] = a * x[i] + y[i];", "out[i] = a * x[i] + y[i]")},
+              SA_GPU | {SA_C}, says="строка"),
+        Entry("row_sums_missing_syncthreads", {"row_sums_source": replace(
+            rs_src, "partial[threadIdx.x] += partial[threadIdx.x + half];\n        __syncthreads();",
+            "partial[threadIdx.x] += partial[threadIdx.x + half];")}, {RS_S}, may_lose=RS_GPU, says="racecheck"),
+        Entry("row_sums_first_warp_only", {"row_sums_source": replace(
+            rs_src, "for (int half = blockDim.x / 2; half >= 32; half /= 2) {", "for (int half = 0; half >= 32; half /= 2) {")},
+              {RS, RS_S}, says="не совпадает"),
+        Entry("row_sums_loses_the_tail", {"row_sums_source": replace(
+            rs_src, "for (int j = threadIdx.x; j < D; j += blockDim.x)",
+            "for (int j = threadIdx.x; j < (D / (int)blockDim.x) * (int)blockDim.x; j += blockDim.x)")},
+              {RS, RS_S}, says="хвост строки потерян"),
+        Entry("matmul_no_zero_fill", {"matmul_source": replace(replace(
+            mm_src, "(row < M && ka < K) ? A[(size_t)row * K + ka] : 0.0f", "A[(size_t)row * K + ka]"),
+            "(kb < K && col < N) ? B[(size_t)kb * N + col] : 0.0f", "B[(size_t)kb * N + col]")},
+              {MM, MM_S}, may_lose={MM_MEM}, says="NaN"),  # it reads the guard bytes (NaN) past A
+        Entry("matmul_missing_second_sync", {"matmul_source": replace(
+            mm_src, "acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];\n        __syncthreads();",
+            "acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];")}, {MM_S}, may_lose=MM_GPU, says="racecheck"),
+        Entry("matmul_drops_last_k_tile", {"matmul_source": replace(
+            mm_src, "for (int k0 = 0; k0 < K; k0 += TILE) {", "for (int k0 = 0; k0 + TILE <= K; k0 += TILE) {")},
+              {MM, MM_S}, says="последний неполный тайл"),
+        Entry("matmul_no_store_guard", {"matmul_source": replace(
+            mm_src, "    if (row < M && col < N)\n        C[(size_t)row * N + col] = acc;", "    C[(size_t)row * N + col] = acc;")},
+              {MM, MM_MEM, MM_S}, says="за пределы"),
+        Entry("matmul_B_transposed", {"matmul_source": replace(
+            mm_src, "B[(size_t)kb * N + col]", "B[(size_t)col * K + kb]")}, {MM, MM_S}, says="транспонирована"),
+    ]
 
 
 # Lesson 07 -----------------------------------------------------------------------------------
@@ -200,7 +299,7 @@ def bank_07() -> list[Entry]:
             "for (int k = 0; k < D / (int)blockDim.x; ++k) { int i = threadIdx.x + k * blockDim.x; s += xr[i] * xr[i]; }"),
             "for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];",
             "for (int k = 0; k < D / (int)blockDim.x; ++k) { int i = threadIdx.x + k * blockDim.x; yr[i] = xr[i] * inv * w[i]; }")},
-            {TAILS07}, says="не совпадает"),
+            {TAILS07}, says="NaN"),  # the tail of y stays as the grader filled it: NaN
         Entry("float4_without_alignment_check", kernel(replace(
             src, "const bool aligned = (D % 4 == 0) && ((((size_t)x | (size_t)w | (size_t)y) & 15) == 0);",
             "const bool aligned = true;")), {TAILS07}, says="misaligned"),
@@ -232,6 +331,13 @@ def fused_rms_norm_gpu(x, w, eps=1e-6):
             SCALAR_RMS, "__shared__ float partial[256];", "__shared__ float partial[256];\n    while (true) __nanosleep(1000);")},
             GPU07, says="не завершилась", hangs=True),
         Entry("compile_error", kernel(replace(src, "return v;", "return v")), GPU07 | {C07}, says="строка"),
+        Entry("skips_last_partial_block", {"rmsnorm_source": WARP_PER_ROW, "fused_rms_norm_gpu": replace(
+            WARP_WRAPPER, "kernel(((T + 7) // 8,), (256,)", "kernel((max(T // 8, 1),), (256,)")},
+              {EQ07, TAILS07}, says="NaN"),  # hidden equivalence and tails cases have T % 8 != 0
+        Entry("writes_past_the_end", {**scalar, "rmsnorm_source": replace(
+            SCALAR_RMS, "for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];",
+            "for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];\n"
+            "    if (blockIdx.x == T - 1 && threadIdx.x == 0) yr[D] = 0.0f;")}, GPU07, says="за пределы"),
     ]
 
 
@@ -308,9 +414,16 @@ def flash_attention_gpu(Q, K, V, causal=False, tile_counter=None):
 
 def bank_08() -> list[Entry]:
     ref = answers_of(source_path(L08))
-    src, wrap = ref["flash_source"], ref["flash_attention_gpu"]
+    step1, step1_wrap = ref["flash_source"], ref["flash_attention_gpu"]
+    # step 2 (the fast kernel) graded as if it were the answer: the older wrong entries patch it
+    src = ref["flash_fast_source"].replace("FLASH_FAST_SRC", "FLASH_SRC")
+    wrap = ref["flash_attention_fast_gpu"].replace("flash_attention_fast_gpu", "flash_attention_gpu").replace(
+        "FLASH_FAST_SRC", "FLASH_SRC")
 
     def kernel(code: str) -> dict:
+        return {"flash_source": code, "flash_attention_gpu": wrap}
+
+    def step1_kernel(code: str) -> dict:
         return {"flash_source": code}
 
     simple = {"flash_source": SIMPLE_FLASH, "flash_attention_gpu": SIMPLE_WRAPPER}
@@ -318,11 +431,26 @@ def bank_08() -> list[Entry]:
         Entry("reference", {}),
         Entry("untouched", answers_of(ROOT / "notebooks" / L08 / f"{L08}.ipynb"), GPU08 | {C08}, says="заглушки"),
         Entry("one_thread_per_row", simple),
+        Entry("step2_fast_kernel", {"flash_source": src, "flash_attention_gpu": wrap}),
+        Entry("step1_no_barrier_after_load", step1_kernel(replace(
+            step1, "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }\n        __syncthreads();",
+            "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }")),
+            {RACE08}, may_lose=GPU08, says="racecheck"),
+        Entry("step1_causal_loop_to_the_end", step1_kernel(replace(
+            step1, "const int kv_end = causal ? min(q0 + BR, n) : n;", "const int kv_end = n;")), {SKIP08}, says="доля"),
+        Entry("step1_no_counter", step1_kernel(replace(
+            step1, "        atomicAdd(tile_counter, tiles);", "        ;")), {SKIP08}, says="счётчик"),
+        Entry("step1_skips_last_partial_block", {"flash_attention_gpu": replace(
+            step1_wrap, "kernel(((n + 63) // 64, H), (64,),", "kernel((max(n // 64, 1), H), (64,),")},
+              {TAILS08}, says="NaN"),
+        Entry("step1_writes_past_the_end", step1_kernel(replace(
+            step1, "    if (active)\n        for (int t = 0; t < D; ++t)", "    for (int t = 0; t < D; ++t)")),
+              {TAILS08}, may_lose={LARGE08}, says="за пределы"),
         Entry("missing_syncthreads_after_staging", {**simple, "flash_source": replace(
             SIMPLE_FLASH, "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }\n        __syncthreads();",
             "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }")},
             {RACE08}, may_lose=GPU08, says="racecheck"),
-        Entry("S_materialised", {"flash_attention_gpu": replace(
+        Entry("S_materialised", {"flash_source": src, "flash_attention_gpu": replace(
             wrap, "    O = cp.empty_like(Q)\n", "    O = cp.empty_like(Q)\n    S = cp.empty((H, n, n), dtype=cp.float32)\n")},
             {MEM08}, says="Матрица S"),
         Entry("causal_without_skipping", kernel(replace(
@@ -338,7 +466,7 @@ def bank_08() -> list[Entry]:
         Entry("no_tail_guard", kernel(replace(replace(
             src, "const bool valid = g < n;", "const bool valid = true;"),
             "if (edge && (col >= n || (causal && col > row))) v = NEG_INF;",
-            "if (edge && causal && col > row) v = NEG_INF;")), {TAILS08}, says="не совпадает"),
+            "if (edge && causal && col > row) v = NEG_INF;")), {TAILS08}, says="NaN"),  # K/V rows past n: guard NaN
         Entry("diagonal_masked", kernel(replace(
             src, "if (edge && (col >= n || (causal && col > row))) v = NEG_INF;",
             "if (edge && (col >= n || (causal && col >= row))) v = NEG_INF;")),
@@ -358,7 +486,7 @@ def bank_08() -> list[Entry]:
     ]
 
 
-BANKS = {L07: bank_07, L08: bank_08}
+BANKS = {L06: bank_06, L07: bank_07, L08: bank_08}
 TIMED = {SPEED07}  # graded by timing: run alone, after the rest
 HANG_TIMEOUT_S = 20  # the never-ending kernels: the same timeout path as a check's own, only shorter
 

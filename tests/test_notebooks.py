@@ -9,7 +9,7 @@ from autograder.core import get_check
 from autograder.nbgrader_ext import parse_grade_cell
 
 LESSONS = course.lessons()
-CPU_LESSONS = [lesson for lesson in LESSONS if not lesson.startswith(("07_", "08_"))]
+CPU_LESSONS = [lesson for lesson in LESSONS if not course.is_gpu_lesson(lesson)]
 
 
 def graded_cells(lesson):

@@ -1,4 +1,4 @@
-"""Is lesson 06 graded deterministically, without the wall clock, and does its FP8 claim hold?"""
+"""Is lesson 10 graded deterministically, without the wall clock, and does its FP8 claim hold?"""
 import contextlib
 import time
 
@@ -7,10 +7,10 @@ import pytest
 
 from autograder.core import all_checks
 from autograder.notebook import run
-from autograder import guard, lesson06_fa3_overlap as lesson
+from autograder import guard, lesson10_fa3_overlap as lesson
 from bank import grade_calls, namespace
 
-LESSON = "06_fa3_overlap"
+LESSON = "10_fa3_overlap"
 
 
 def grade_reference() -> list[tuple[str, bool, float, str]]:
@@ -43,7 +43,7 @@ def test_no_check_reads_the_wall_clock(monkeypatch):
     monkeypatch.setattr(guard, "student_code", contextlib.nullcontext)
     for name in ("time", "perf_counter", "monotonic", "process_time", "time_ns", "perf_counter_ns", "monotonic_ns"):
         monkeypatch.setattr(time, name, forbidden)
-    checks = all_checks("lesson06")
+    checks = all_checks("lesson10")
     for call in calls:
         kwargs = {"cases": call.cases} if call.cases is not None else {}
         checks[call.check_id].function(*[ns[name] for name in call.names], **kwargs)

@@ -1,4 +1,4 @@
-"""Lesson 06: FlashAttention-3 copy/compute overlap on a virtual clock, and FP8 with incoherent processing.
+"""Lesson 10: FlashAttention-3 copy/compute overlap on a virtual clock, and FP8 with incoherent processing.
 
 Contracts (the notebook, the bank and instructors rely on them):
 
@@ -136,7 +136,7 @@ SEQUENTIAL_MISTAKES = {
 }
 
 
-@check("lesson06.makespan_sequential", points=1, title="Makespan последовательного цикла")
+@check("lesson10.makespan_sequential", points=1, title="Makespan последовательного цикла")
 def makespan_sequential(makespan_sequential, cases=({"seed": 0, "count": 25},)):
     for p in _param_sets(cases, stages=(1,)):
         p["stages"] = 1
@@ -150,7 +150,7 @@ def makespan_sequential(makespan_sequential, cases=({"seed": 0, "count": 25},)):
     return f"совпало с симулятором на {len(_param_sets(cases, stages=(1,)))} наборах параметров"
 
 
-@check("lesson06.makespan_pipelined", points=2, title="Makespan конвейера с кольцом из S ≥ 2 ячеек")
+@check("lesson10.makespan_pipelined", points=2, title="Makespan конвейера с кольцом из S ≥ 2 ячеек")
 def makespan_pipelined(makespan_pipelined, cases=({"seed": 1, "count": 40},)):
     sets = _param_sets(cases, stages=(2, 3, 4))
     for p in sets:
@@ -166,7 +166,7 @@ def makespan_pipelined(makespan_pipelined, cases=({"seed": 1, "count": 40},)):
     return f"совпало с симулятором на {len(sets)} наборах параметров"
 
 
-@check("lesson06.single_stage", points=1, title="Кольцо из одной ячейки ничего не перекрывает")
+@check("lesson10.single_stage", points=1, title="Кольцо из одной ячейки ничего не перекрывает")
 def single_stage(makespan_pipelined, cases=({"seed": 2, "count": 12},)):
     sets = _param_sets(cases, stages=(1,))
     for p in sets:
@@ -182,7 +182,7 @@ def single_stage(makespan_pipelined, cases=({"seed": 2, "count": 12},)):
     return f"stages=1 совпало с последовательным циклом на {len(sets)} наборах"
 
 
-@check("lesson06.copy_bound", points=1, title="Когда цикл упирается в копирование")
+@check("lesson10.copy_bound", points=1, title="Когда цикл упирается в копирование")
 def copy_bound(is_copy_bound, cases=({"seed": 3, "count": 30, "strict": True},)):
     sets = _param_sets(cases)
     variants = {
@@ -265,7 +265,7 @@ UTILISATION_CASES = (
 )
 
 
-@check("lesson06.tensor_utilisation", points=2, title="Загрузка тензорных ядер по записанным событиям")
+@check("lesson10.tensor_utilisation", points=2, title="Загрузка тензорных ядер по записанным событиям")
 def tensor_utilisation(tensor_utilisation, cases=UTILISATION_CASES):
     for c in cases:
         trace = _trace_for(c)
@@ -305,7 +305,7 @@ PINGPONG_CASES = (
 )
 
 
-@check("lesson06.pingpong_utilisation", points=2, title="Ping-pong: загрузка тензорных ядер до и после")
+@check("lesson10.pingpong_utilisation", points=2, title="Ping-pong: загрузка тензорных ядер до и после")
 def pingpong_utilisation(pingpong_utilisation, cases=PINGPONG_CASES):
     for c in cases:
         args = (c["t_gemm"], c["t_softmax"], c["warpgroups"])
@@ -361,7 +361,7 @@ def _student_program(overlap_program, n_tiles: int):
                           "помещаются S/P двух тайлов.") from None
 
 
-@check("lesson06.overlap_program_valid", points=1, title="Программа с перекрытием допустима")
+@check("lesson10.overlap_program_valid", points=1, title="Программа с перекрытием допустима")
 def overlap_program_valid(overlap_program, cases=({"n_tiles": 1}, {"n_tiles": 2}, {"n_tiles": 6})):
     for c in cases:
         program = _student_program(overlap_program, c["n_tiles"])
@@ -386,7 +386,7 @@ def _overlap_sets(cases) -> list[dict]:
     return _expand(cases, draw, 10)
 
 
-@check("lesson06.overlap_program_makespan", points=2,
+@check("lesson10.overlap_program_makespan", points=2,
        title="Перекрытие softmax и GEMM внутри warpgroup сокращает makespan")
 def overlap_program_makespan(overlap_program, cases=OVERLAP_CASES):
     sets = _overlap_sets(cases)
@@ -484,7 +484,7 @@ def _check_run(run_program, c: dict) -> float:
                            atol=tol, rtol=tol, name="O")
 
 
-@check("lesson06.program_math", points=2, title="Конвейер не меняет математику: O совпадает с эталоном")
+@check("lesson10.program_math", points=2, title="Конвейер не меняет математику: O совпадает с эталоном")
 def program_math(run_program, cases=(
         {"program": "sequential", "n_q": 48, "n_k": 256, "d": 32, "Bc": 64, "seed": 0},
         {"program": "overlap", "n_q": 48, "n_k": 256, "d": 32, "Bc": 64, "seed": 1},
@@ -494,7 +494,7 @@ def program_math(run_program, cases=(
     return f"макс. ошибка {max(errors):.1e}"
 
 
-@check("lesson06.program_math_any_order", points=2,
+@check("lesson10.program_math_any_order", points=2,
        title="Любой допустимый порядок операций и любой набор тайлов дают тот же O")
 def program_math_any_order(run_program, cases=(
         {"program": "softmax_first", "n_q": 40, "n_k": 320, "d": 32, "Bc": 64, "seed": 10},
@@ -566,7 +566,7 @@ def _student_quantized(quantize_per_block, x, block, case):
     return xq, scales
 
 
-@check("lesson06.quantize_per_block", points=2, title="FP8 e4m3: своя шкала для каждого блока строк")
+@check("lesson10.quantize_per_block", points=2, title="FP8 e4m3: своя шкала для каждого блока строк")
 def quantize_per_block(quantize_per_block, cases=(
         {"n": 256, "d": 64, "block": 64, "seed": 0},
         {"n": 200, "d": 32, "block": 64, "seed": 1, "zero_block": 1})):
@@ -626,7 +626,7 @@ def _block_errors(x, deq, block) -> np.ndarray:
     return np.array(errors)
 
 
-@check("lesson06.block_beats_tensor", points=1, title="На выбросах поблочная шкала точнее одной на тензор")
+@check("lesson10.block_beats_tensor", points=1, title="На выбросах поблочная шкала точнее одной на тензор")
 def block_beats_tensor(quantize_per_block, cases=(
         {"n": 256, "d": 64, "block": 64, "seed": 20, "low": 1.0, "high": 1.0, "outlier_block": 1,
          "outlier": 3e4},)):
@@ -657,7 +657,7 @@ def _sylvester(d: int) -> np.ndarray:
     return h
 
 
-@check("lesson06.hadamard", points=2, title="Случайная матрица Адамара ортогональна")
+@check("lesson10.hadamard", points=2, title="Случайная матрица Адамара ортогональна")
 def hadamard(random_hadamard, cases=({"d": 16, "seed": 0}, {"d": 128, "seed": 1})):
     for c in cases:
         d, seed = c["d"], c["seed"]
@@ -707,7 +707,7 @@ def _outlier_qk(c: dict) -> tuple[np.ndarray, np.ndarray]:
     return Q, K
 
 
-@check("lesson06.qk_unchanged", points=2, title="Поворот H не меняет Q Kᵀ и размазывает выбросы")
+@check("lesson10.qk_unchanged", points=2, title="Поворот H не меняет Q Kᵀ и размазывает выбросы")
 def qk_unchanged(incoherent_qk, cases=({"n": 64, "d": 128, "seed": 0},)):
     for c in cases:
         Q, K = _outlier_qk(c)

@@ -1,7 +1,7 @@
-"""Lesson 06 bank: the simulator formulas, the overlap program, run_program and FP8, right and wrong."""
+"""Lesson 10 bank: the simulator formulas, the overlap program, run_program and FP8, right and wrong."""
 from bank import correct, wrong
 
-LESSON = "06_fa3_overlap"
+LESSON = "10_fa3_overlap"
 
 SEQUENTIAL = """
 def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
@@ -188,61 +188,61 @@ def random_hadamard(d, seed):
 WRONG = [
     wrong("makespan_summed_not_overlapped", pipelined("""
     return n_tiles * (t_load + 2 * t_gemm + t_softmax)
-"""), {"lesson06.makespan_pipelined"}, says="время сложено, а не перекрыто"),
+"""), {"lesson10.makespan_pipelined"}, says="время сложено, а не перекрыто"),
     wrong("single_stage_treated_as_overlapping", pipelined("""
     compute = 2 * t_gemm + t_softmax
     return t_load + compute + (n_tiles - 1) * max(t_load, compute)
-"""), {"lesson06.single_stage"}, says="кольцо из одной ячейки считается перекрывающим"),
+"""), {"lesson10.single_stage"}, says="кольцо из одной ячейки считается перекрывающим"),
     wrong("no_prologue_epilogue", pipelined("""
     if stages == 1:
         return makespan_sequential(n_tiles, t_load, t_gemm, t_softmax)
     return n_tiles * max(t_load, 2 * t_gemm + t_softmax)
-"""), {"lesson06.makespan_pipelined"}, says="нет пролога и эпилога"),
+"""), {"lesson10.makespan_pipelined"}, says="нет пролога и эпилога"),
     wrong("one_gemm_per_tile", {"makespan_sequential": """
 def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
     return n_tiles * (t_load + t_gemm + t_softmax)
-"""}, {"lesson06.makespan_sequential", "lesson06.single_stage"}, says="один GEMM"),
+"""}, {"lesson10.makespan_sequential", "lesson10.single_stage"}, says="один GEMM"),
     wrong("copy_bound_against_one_gemm", copy_bound("""
     return t_load > t_gemm + t_softmax
-"""), {"lesson06.copy_bound"}, says="сравнение с одним GEMM"),
+"""), {"lesson10.copy_bound"}, says="сравнение с одним GEMM"),
     wrong("utilisation_over_tensor_span", utilisation("""
     tensor = [e for e in events if e.unit == "tensor"]
     return sum(e.end - e.start for e in tensor) / (max(e.end for e in tensor) - min(e.start for e in tensor))
-"""), {"lesson06.tensor_utilisation"}, says="от первого до последнего GEMM"),
+"""), {"lesson10.tensor_utilisation"}, says="от первого до последнего GEMM"),
     wrong("utilisation_counts_softmax", utilisation("""
     makespan = max(e.end for e in events) - min(e.start for e in events)
     return sum(e.end - e.start for e in events if e.unit != "tma") / makespan
-"""), {"lesson06.tensor_utilisation"}, says="softmax посчитан"),
+"""), {"lesson10.tensor_utilisation"}, says="softmax посчитан"),
     wrong("pingpong_not_capped", pingpong("""
     return warpgroups * 2 * t_gemm / (2 * t_gemm + t_softmax)
-"""), {"lesson06.pingpong_utilisation"}, says="нет ограничения сверху"),
+"""), {"lesson10.pingpong_utilisation"}, says="нет ограничения сверху"),
     wrong("pingpong_ignores_warpgroups", pingpong("""
     return 2 * t_gemm / (2 * t_gemm + t_softmax)
-"""), {"lesson06.pingpong_utilisation"}, says="число warpgroup не учтено"),
+"""), {"lesson10.pingpong_utilisation"}, says="число warpgroup не учтено"),
     wrong("overlap_is_sequential", program("""
     prog = []
     for j in range(n_tiles):
         prog += [("gemm_qk", j), ("wait_qk", j), ("softmax", j), ("gemm_pv", j), ("wait_pv", j)]
     return prog
-"""), {"lesson06.overlap_program_makespan"}, says="двухстадийный конвейер FA3 даёт"),
+"""), {"lesson10.overlap_program_makespan"}, says="двухстадийный конвейер FA3 даёт"),
     wrong("overlap_pv_issued_first", program("""
     prog = [("gemm_qk", 0), ("wait_qk", 0), ("softmax", 0)]
     for j in range(1, n_tiles):
         prog += [("gemm_pv", j - 1), ("gemm_qk", j), ("wait_qk", j), ("softmax", j), ("wait_pv", j - 1)]
     return prog + [("gemm_pv", n_tiles - 1), ("wait_pv", n_tiles - 1)]
-"""), {"lesson06.overlap_program_makespan"}, says="makespan вашей программы"),
+"""), {"lesson10.overlap_program_makespan"}, says="makespan вашей программы"),
     wrong("overlap_softmax_before_wait", program("""
     prog = [("gemm_qk", 0), ("softmax", 0), ("wait_qk", 0)]
     for j in range(1, n_tiles):
         prog += [("gemm_qk", j), ("gemm_pv", j - 1), ("softmax", j), ("wait_qk", j), ("wait_pv", j - 1)]
     return prog + [("gemm_pv", n_tiles - 1), ("wait_pv", n_tiles - 1)]
-"""), {"lesson06.overlap_program_valid", "lesson06.overlap_program_makespan"}, says="S_0 ещё не посчитан"),
+"""), {"lesson10.overlap_program_valid", "lesson10.overlap_program_makespan"}, says="S_0 ещё не посчитан"),
     wrong("overlap_all_qk_first", program("""
     prog = [("gemm_qk", j) for j in range(n_tiles)]
     for j in range(n_tiles):
         prog += [("wait_qk", j), ("softmax", j), ("gemm_pv", j), ("wait_pv", j)]
     return prog
-"""), {"lesson06.overlap_program_valid", "lesson06.overlap_program_makespan"}, says="только двух тайлов"),
+"""), {"lesson10.overlap_program_valid", "lesson10.overlap_program_makespan"}, says="только двух тайлов"),
     wrong("run_rescales_o_in_softmax", run(softmax="""
         elif op == "softmax":
             s = S.pop(j)
@@ -256,23 +256,23 @@ def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
 """, pv="""
         elif op == "gemm_pv":
             O = O + P.pop(j) @ V[rows]
-"""), {"lesson06.program_math_any_order"}, says="O умножается на exp(m_old − m_new) в softmax"),
+"""), {"lesson10.program_math_any_order"}, says="O умножается на exp(m_old − m_new) в softmax"),
     wrong("run_ignores_the_program", {"run_program": """
 def run_program(Q, K, V, program, Bc=64):
     S = (Q @ K.T) / np.float32(np.sqrt(Q.shape[1]))
     P = np.exp(S - S.max(axis=1, keepdims=True))
     return (P @ V) / P.sum(axis=1, keepdims=True)
-"""}, {"lesson06.program_math_any_order"}, says="по всем тайлам"),
+"""}, {"lesson10.program_math_any_order"}, says="по всем тайлам"),
     wrong("run_without_scale", run(qk="""
         if op == "gemm_qk":
             S[j] = Q @ K[rows].T
-"""), {"lesson06.program_math", "lesson06.program_math_any_order"}, says="нет множителя 1/sqrt(d)"),
+"""), {"lesson10.program_math", "lesson10.program_math_any_order"}, says="нет множителя 1/sqrt(d)"),
     wrong("per_tensor_scale_where_per_block_asked", quantize("""
     amax = np.abs(x).max()
     scale = np.float32(amax / 448)
     n_blocks = -(-x.shape[0] // block)
     return (x / scale).astype(F8), np.full(n_blocks, scale, np.float32)
-"""), {"lesson06.quantize_per_block", "lesson06.block_beats_tensor"}, says="одна шкала на весь тензор"),
+"""), {"lesson10.quantize_per_block", "lesson10.block_beats_tensor"}, says="одна шкала на весь тензор"),
     wrong("quantized_to_e5m2", quantize("""
     n_blocks = -(-x.shape[0] // block)
     scales = np.ones(n_blocks, np.float32)
@@ -284,32 +284,32 @@ def run_program(Q, K, V, program, Bc=64):
             scales[b] = amax / 57344
         xq[rows] = (x[rows] / scales[b]).astype(ml_dtypes.float8_e5m2)
     return xq, scales
-"""), {"lesson06.quantize_per_block", "lesson06.block_beats_tensor"}, says="e5m2"),
+"""), {"lesson10.quantize_per_block", "lesson10.block_beats_tensor"}, says="e5m2"),
     wrong("zero_block_gives_nan", quantize("""
     n_blocks = -(-x.shape[0] // block)
     scales = np.array([np.abs(x[b * block:(b + 1) * block]).max() / 448 for b in range(n_blocks)], np.float32)
     return (x / np.repeat(scales, block)[:x.shape[0], None]).astype(F8), scales
-"""), {"lesson06.quantize_per_block"}, says="блока из одних нулей"),
+"""), {"lesson10.quantize_per_block"}, says="блока из одних нулей"),
     wrong("hadamard_not_normalised", hadamard(h="""
 def random_hadamard(d, seed):
     H = np.ones((1, 1))
     while H.shape[0] < d:
         H = np.block([[H, H], [H, -H]])
     return H * np.random.default_rng(seed).choice([-1.0, 1.0], size=d)
-"""), {"lesson06.hadamard", "lesson06.qk_unchanged"}, says="не нормирована"),
+"""), {"lesson10.hadamard", "lesson10.qk_unchanged"}, says="не нормирована"),
     wrong("hadamard_without_random_signs", hadamard(h="""
 def random_hadamard(d, seed):
     H = np.ones((1, 1))
     while H.shape[0] < d:
         H = np.block([[H, H], [H, -H]])
     return H / np.sqrt(d)
-"""), {"lesson06.hadamard"}, says="нет случайных знаков"),
+"""), {"lesson10.hadamard"}, says="нет случайных знаков"),
     wrong("only_q_rotated", hadamard(incoherent="""
 def incoherent_qk(Q, K, seed):
     return Q @ random_hadamard(Q.shape[1], seed), K
-"""), {"lesson06.qk_unchanged"}, says="повёрнута только Q"),
+"""), {"lesson10.qk_unchanged"}, says="повёрнута только Q"),
     wrong("different_h_for_q_and_k", hadamard(incoherent="""
 def incoherent_qk(Q, K, seed):
     return Q @ random_hadamard(Q.shape[1], seed), K @ random_hadamard(K.shape[1], seed + 1)
-"""), {"lesson06.qk_unchanged"}, says="разные матрицы"),
+"""), {"lesson10.qk_unchanged"}, says="разные матрицы"),
 ]
