@@ -199,7 +199,7 @@ def _memory(kernel: str, fn, cases) -> str:
         if seen.total - output > EXTRA_BYTES:
             raise CheckFailed(
                 f"на устройстве выделено {seen.total / MiB:.2f} МиБ за вызов ({len(seen.sizes)} выделений), а выход "
-                f"занимает {output / MiB:.2f} МиБ ({case}).\nВероятная ошибка: результат собран из операций CuPy "
+                f"занимает {output / MiB:.2f} МиБ ({case}).\nПодсказка: результат собран из операций CuPy "
                 "(каждая — свой кернел и свой временный массив), или обёртка копирует вход (cp.ascontiguousarray, "
                 "astype) или создаёт промежуточный буфер. Ядро читает входы и пишет только выход.")
     return f"входы не изменились; выделен только выход ({output / MiB:.2f} МиБ)"

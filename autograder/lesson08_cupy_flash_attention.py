@@ -232,7 +232,7 @@ def causal_skip(flash_attention_gpu, cases=({"H": 2, "n": 1024, "d": 64, "seed":
             raise CheckFailed(
                 f"causal: {counts[True]} пар тайлов против {counts[False]} без маски — доля {ratio:.2f}, а при "
                 f"пропуске тайлов над диагональю она ≈ (N+1)/2N ≈ 0.5 (допустимо ≤ {CAUSAL_TILE_RATIO}; {case}).\n"
-                "Вероятная ошибка: маска применяется, но цикл по тайлам K/V идёт до конца последовательности. "
+                "Подсказка: маска применяется, но цикл по тайлам K/V идёт до конца последовательности. "
                 "Для блока строк [q0, q0 + Br) нужны ключи только до q0 + Br − 1.")
     detail = f"пар тайлов: без маски {counts[False]}, causal {counts[True]} (доля {ratio:.2f})"
     return detail + "\n" + performance_report(flash_attention_gpu)
