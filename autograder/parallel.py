@@ -40,6 +40,7 @@ import re
 import shutil
 import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -526,6 +527,7 @@ def _grade_all(course: Course, todo: list[Submission], summary: Summary, state, 
     _remove_stale_scratch()
     scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
     (scratch / "owner.pid").write_text(str(os.getpid()))
+    _start_reaper(scratch)
     os.environ["COURSE_AUTOGRADE_PARENT"] = str(os.getpid())
     backup_sqlite(course.db_path, scratch / "gradebook.snapshot.db")
     context = multiprocessing.get_context("spawn")
@@ -599,6 +601,29 @@ def _stop_pool(pool) -> None:
 
 
 SCRATCH_PREFIX = "course-autograde-"
+
+#: A watcher outside the run: when the main process is gone (even by kill -9, before any worker
+#: exists) it removes the scratch folder, which holds the gradebook snapshot (hidden tests
+#: included) and copies of the instructor's sources; it exits as soon as the folder is gone.
+REAPER = """\
+import os, shutil, sys, time
+owner, folder = int(sys.argv[1]), sys.argv[2]
+while os.path.isdir(folder):
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        shutil.rmtree(folder, ignore_errors=True)
+        break
+    except PermissionError:
+        pass
+    time.sleep(0.5)
+"""
+
+
+def _start_reaper(scratch: Path) -> None:
+    subprocess.Popen([sys.executable, "-I", "-c", REAPER, str(os.getpid()), str(scratch)],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)  # not in the terminal's group: Ctrl-C does not stop it
 
 
 def _remove_stale_scratch() -> None:
