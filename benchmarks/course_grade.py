@@ -5,7 +5,8 @@ student notebook filled with the reference answers is graded by ``autograder.cou
 (what ``course grade NOTEBOOK`` runs) in a scratch course.  The timing comes from the outside:
 ``benchmarks/course_grade_probe/sitecustomize.py`` is put on PYTHONPATH for the processes that
 grading starts and logs when nbgrader's converters, the kernel, each cell and each check start and
-end.  The table splits each lesson's wall time into
+end.  The table gives each lesson's CPU seconds (of the benchmark and every process grading started:
+less sensitive than wall time to other work on the machine) and splits its wall time (total) into
 
     nbgrader   nbgrader processes started, and their seconds outside any converter (imports, config,
                gradebook set-up, exit)
@@ -16,19 +17,24 @@ end.  The table splits each lesson's wall time into
     checks     how many checks ran (each in its own process) and their seconds
     other      the rest (the autograde converter outside the kernel, writing files, the grader's own process)
 
-and checks that every lesson gets full marks (the scores are printed; --json keeps every cell's).
+With ``--cli`` it also times the real command, ``course grade NOTEBOOK`` (its own process: imports,
+the same grading, the verdict table), on the same notebook.  Every lesson must get full marks (the
+scores are printed; --json keeps every cell's); the exit status says whether it did.
 
     .venv/bin/python benchmarks/course_grade.py                      # all CPU lessons, once
     .venv/bin/python benchmarks/course_grade.py --repeat 3 --json benchmarks/results/x.json
     .venv/bin/python benchmarks/course_grade.py 02_fused_rmsnorm --cells 5   # and its 5 slowest cells
+    .venv/bin/python benchmarks/course_grade.py --cli    # and the real `course grade` command, per lesson
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -53,9 +59,12 @@ def grade_once(lesson: str) -> dict:
         os.environ["COURSE_BENCH_LOG"] = str(log)
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROBE), saved["PYTHONPATH"]]))
         try:
+            before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
             start = time.time()
             grades = course.autograde(lesson, {"me": notebook}, Path(scratch) / "course")["me"]
             total = time.time() - start
+            after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+            cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
         finally:
             for key, value in saved.items():
                 if value is None:
@@ -63,7 +72,23 @@ def grade_once(lesson: str) -> dict:
                 else:
                     os.environ[key] = value
         spans = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return summarise(lesson, total, spans, grades)
+    return {**summarise(lesson, total, spans, grades), "cpu": cpu}
+
+
+def cli_once(lesson: str) -> tuple[float, str]:
+    """Wall seconds of the real command, ``course grade NOTEBOOK``, on the same notebook; its total line."""
+    import nbformat
+
+    notebook = course.fill_answers(lesson, course.reference_answers(lesson))
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as scratch:
+        path = Path(scratch) / f"{lesson}.ipynb"
+        nbformat.write(notebook, path)
+        start = time.time()
+        done = subprocess.run([str(Path(sys.executable).parent / "course"), "grade", str(path)], cwd=scratch,
+                              env=course.nbgrader_env(), capture_output=True, text=True)
+        wall = time.time() - start
+    total = [line for line in done.stdout.splitlines() if line.startswith("ИТОГО")]
+    return wall, (total[-1] if total and done.returncode == 0 else f"FAILED ({done.returncode})")
 
 
 def _seconds(spans: list[dict], kind: str, **match) -> float:
@@ -72,7 +97,8 @@ def _seconds(spans: list[dict], kind: str, **match) -> float:
 
 
 def summarise(lesson: str, total: float, spans: list[dict], grades) -> dict:
-    processes = [s for s in spans if s["kind"] == "process" and s.get("nbgrader", True)]
+    converter_pids = {s["pid"] for s in spans if s["kind"] == "converter"}
+    processes = [s for s in spans if s["kind"] == "process" and s["pid"] in converter_pids]
     converters = _seconds(spans, "converter")
     generate = _seconds(spans, "converter", name="GenerateAssignment")
     preprocess = _seconds(spans, "preprocess")
@@ -92,7 +118,7 @@ def summarise(lesson: str, total: float, spans: list[dict], grades) -> dict:
         "score": sum(g.score for g in grades),
         "max_score": sum(g.max_score for g in grades),
         "grades": {g.cell: g.score for g in grades},
-        "alembic": sum(s["end"] - s["start"] for s in spans if s["kind"] == "process" and not s.get("nbgrader", True)),
+        "alembic": sum(s["end"] - s["start"] for s in spans if s["kind"] == "process" and s["pid"] not in converter_pids),
         "spans": spans,
         "slowest_cells": sorted(({"index": s["index"], "seconds": round(s["end"] - s["start"], 3)}
                                  for s in spans if s["kind"] == "cell"), key=lambda c: -c["seconds"])[:10],
@@ -103,20 +129,31 @@ def summarise(lesson: str, total: float, spans: list[dict], grades) -> dict:
     return row
 
 
+@dataclasses.dataclass
+class _Grade:  # a saved cell score (--show): the reference gets full marks, max = score
+    cell: str
+    score: float
+    max_score: float
+
+
 def table(rows: list[dict]) -> str:
-    head = (f"{'lesson':<22} {'total':>7} {'nbgrader':>12} {'generate':>8} {'kernel':>7} {'cells':>7} "
+    head = (f"{'lesson':<22} {'cpu':>6} {'total':>7} {'nbgrader':>12} {'generate':>8} {'kernel':>7} {'cells':>7} "
             f"{'checks':>12} {'other':>6}  score")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['lesson']:<22} {r['total']:7.1f} {r['nbgrader_processes']:>3} × {r['nbgrader']:6.1f} "
+        lines.append(f"{r['lesson']:<22} {r.get('cpu', float('nan')):6.1f} {r['total']:7.1f} {r['nbgrader_processes']:>3} × {r['nbgrader']:6.1f} "
                      f"{r['generate']:8.1f} {r['kernel']:7.1f} {r['cells']:7.1f} {r['checks_n']:>3} × {r['checks']:6.1f} "
                      f"{r['other']:6.1f}  {r['score']:g}/{r['max_score']:g}")
-    s = {k: sum(r[k] for r in rows) for k in ("total", "nbgrader", "generate", "kernel", "cells", "checks", "other",
+    s = {k: sum(r.get(k, float("nan")) for r in rows) for k in ("cpu", "total", "nbgrader", "generate", "kernel", "cells", "checks", "other",
                                               "nbgrader_processes", "checks_n", "score", "max_score")}
+    if all("cli" in r for r in rows):
+        lines = [line + (" course grade" if i == 0 else "") for i, line in enumerate(lines)]
+        lines = lines[:2] + [line + f" {r['cli']:12.1f}" for line, r in zip(lines[2:], rows)]
     lines.append("-" * len(head))
-    lines.append(f"{'sum':<22} {s['total']:7.1f} {s['nbgrader_processes']:>3} × {s['nbgrader']:6.1f} "
+    lines.append(f"{'sum':<22} {s['cpu']:6.1f} {s['total']:7.1f} {s['nbgrader_processes']:>3} × {s['nbgrader']:6.1f} "
                  f"{s['generate']:8.1f} {s['kernel']:7.1f} {s['cells']:7.1f} {s['checks_n']:>3} × {s['checks']:6.1f} "
-                 f"{s['other']:6.1f}  {s['score']:g}/{s['max_score']:g}")
+                 f"{s['other']:6.1f}  {s['score']:g}/{s['max_score']:g}"
+                 + (f"{sum(r['cli'] for r in rows):13.1f}" if all("cli" in r for r in rows) else ""))
     return "\n".join(lines)
 
 
@@ -137,8 +174,19 @@ def main() -> int:
     parser.add_argument("lesson", nargs="*", help="lessons (default: every CPU lesson)")
     parser.add_argument("--repeat", type=int, default=1, help="runs; the table shows each run and the spread")
     parser.add_argument("--cells", type=int, default=0, help="also list each lesson's N slowest cells and checks")
+    parser.add_argument("--cli", action="store_true",
+                        help="also time the real command `course grade NOTEBOOK` (a new process) per lesson")
     parser.add_argument("--json", help="write the runs, machine, date and command to this JSON file")
+    parser.add_argument("--show", metavar="JSON", help="print the tables of a JSON file written by --json")
     args = parser.parse_args()
+    if args.show:
+        saved = json.loads(Path(args.show).read_text())
+        print(f"{saved['date']}  {saved['machine']}  commit {saved['commit']}  load {saved['load_average_before'][0]:.1f}")
+        for number, rows in enumerate(saved["runs"], start=1):
+            rows = [{**summarise(r["lesson"], r["total"], r["spans"], [_Grade(c, v, v) for c, v in r["grades"].items()]),
+                     "cpu": r.get("cpu", float("nan"))} for r in rows]
+            print(f"\nrun {number} of {len(saved['runs'])}\n{table(rows)}")
+        return 0
 
     lessons = args.lesson or [name for name in course.lessons() if not course.is_gpu_lesson(name)]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
@@ -152,6 +200,9 @@ def main() -> int:
         for lesson in lessons:
             rows.append(grade_once(lesson))
             failed |= rows[-1]["score"] != rows[-1]["max_score"]
+            if args.cli:
+                rows[-1]["cli"], rows[-1]["cli_total"] = cli_once(lesson)
+                failed |= rows[-1]["cli_total"] != f"ИТОГО: {rows[-1]['score']:g} из {rows[-1]['max_score']:g}"
         runs.append(rows)
         print(f"\nrun {run + 1} of {args.repeat}\n{table(rows)}", flush=True)
         for r in rows[: len(rows) if args.cells else 0]:
