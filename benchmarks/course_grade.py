@@ -181,10 +181,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.show:
         saved = json.loads(Path(args.show).read_text())
-        print(f"{saved['date']}  {saved['machine']}  commit {saved['commit']}  load {saved['load_average_before'][0]:.1f}")
+        print(f"{saved['date']}  {saved['machine']}  commit {saved['commit']}  load {saved['load_average_before'][0]:.1f}"
+              f" .. {saved.get('load_average_after', [float('nan')])[0]:.1f}\n{saved['command']}\n{saved.get('grader_code', '')}")
         for number, rows in enumerate(saved["runs"], start=1):
             rows = [{**summarise(r["lesson"], r["total"], r["spans"], [_Grade(c, v, v) for c, v in r["grades"].items()]),
-                     "cpu": r.get("cpu", float("nan"))} for r in rows]
+                     **{k: r[k] for k in ("cpu", "cli") if k in r}} for r in rows]
             print(f"\nrun {number} of {len(saved['runs'])}\n{table(rows)}")
         return 0
 
