@@ -31,6 +31,9 @@ c.IsolatedExecute.kernel_memory_limit_gib = 8
 # Ordinary cells: a cell still running after 120 s is interrupted and the rest is graded.
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True
+# When the last cell has run (all its outputs are in), the kernel is stopped at once: a graceful
+# shutdown waits for the student's threads and atexit hooks, seconds that grade nothing.
+c.Execute.shutdown_kernel = "immediate"
 
 # The submission's graded cells are made the gradebook's before grading (deleted test cells
 # restored, copies and unknown grade ids ignored), and `nbgrader autograde` regrades a

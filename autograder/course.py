@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import filecmp
+import json
 import os
 import re
 import shutil
@@ -50,6 +51,20 @@ def nbgrader(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedP
     done = subprocess.run(command, cwd=cwd, env=nbgrader_env(), capture_output=True, text=True)
     if check and (done.returncode != 0 or "[ERROR]" in done.stderr):
         raise RuntimeError(f"nbgrader {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return done
+
+
+def nbgrader_batch(commands: list[tuple[str, ...]], cwd: Path, check: bool = True,
+                   scratch: bool = False) -> subprocess.CompletedProcess:
+    """Run several ``nbgrader`` command lines one after another in one Python process
+    (:mod:`autograder.nbgrader_batch`): nbgrader's start-up is paid once.  ``scratch``: ``cwd``
+    is a throwaway course, whose gradebook need not survive a power cut."""
+    command = [sys.executable, "-m", "autograder.nbgrader_batch", *(["--scratch"] if scratch else []),
+               json.dumps([list(c) for c in commands])]
+    done = subprocess.run(command, cwd=cwd, env=nbgrader_env(), capture_output=True, text=True)
+    if check and (done.returncode != 0 or "[ERROR]" in done.stderr):
+        names = " && ".join(" ".join(c) for c in commands)
+        raise RuntimeError(f"nbgrader {names} failed ({done.returncode}):\n{done.stderr[-4000:]}")
     return done
 
 
@@ -129,12 +144,9 @@ def autograde(lesson: str, submissions: dict[str, nbformat.NotebookNode], folder
     Returns, per student id, the score of every graded cell (nbgrader's own gradebook).
     """
     course = new_course(folder, root, only=[lesson])
-    nbgrader("generate_assignment", lesson, "--force", cwd=course)
-    for student, nb in submissions.items():
-        target = course / "submitted" / student / lesson
-        target.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, target / f"{lesson}.ipynb")
-    nbgrader("autograde", lesson, "--force", *extra_args, cwd=course)
+    write_submissions(course, lesson, submissions)
+    nbgrader_batch([("generate_assignment", lesson, "--force"), ("autograde", lesson, "--force", *extra_args)],
+                   cwd=course, scratch=True)
     return read_grades(course, lesson, list(submissions))
 
 

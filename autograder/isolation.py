@@ -6,6 +6,14 @@ check.  A hang is killed after the check's timeout, a memory bomb hits the cap a
 MemoryError, and ``os._exit`` or a segfault ends only the worker: every case becomes a failed
 check with a Russian message, never a dead kernel or a stalled autograde.
 
+A CPU check's worker is forked by a fork server (``python -I -m autograder.worker --serve``,
+started like a worker on the first check): it has imported numpy and the grader once, never runs
+student code, and makes each child exactly the process a new worker would be (own session and
+process group, only the request pipe and the two output files open, a fresh scratch folder), so a
+check costs no interpreter start.  A server that dies is started again, a check it dropped is run
+again as a new worker; GPU checks, and every check when ``AUTOGRADER_FORK_SERVER=0``, start a new
+worker as before (tests/test_fork_server.py compares the two).
+
 The worker's output goes to files, not pipes (a student printing gigabytes cannot fill the
 grader's memory), and only a reply line that starts with this run's nonce is believed.  When no
 verdict arrives, the message quotes the end of what the process printed (the student's output
@@ -13,6 +21,7 @@ included): a crash usually says why there.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
@@ -20,9 +29,12 @@ import os
 import pickle
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import cloudpickle
 
@@ -81,11 +93,13 @@ def pack(objects: list) -> list[bytes]:
 
 def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
               *, timeout_s: float | None = None, secret_dirs: tuple[str, ...] = (),
-              write_protected: tuple[str, ...] = ()) -> CheckResult:
+              write_protected: tuple[str, ...] = (), fork: bool | None = None) -> CheckResult:
     """Run ``check_id`` on the packed objects (one blob each) in a worker; return its result.
 
     ``secret_dirs`` (never readable by student code) and ``write_protected`` (never writable)
     add to the guard's defaults: this repository's solutions/, the package, the environment.
+    ``fork``: start the worker from the fork server (None: for CPU checks, unless
+    ``AUTOGRADER_FORK_SERVER=0``) or as a new Python process (False).
     """
     check = get_check(check_id)
     timeout = check.timeout_s if timeout_s is None else timeout_s
@@ -109,10 +123,7 @@ def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
                                 "output_path": output_path, "secret_dirs": tuple(secret_dirs),
                                 "write_protected": tuple(write_protected)})
         with open(out_path, "ab") as out, open(err_path, "ab") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-m", "autograder.worker"], stdin=subprocess.PIPE,
-                stdout=out, stderr=err, cwd=workdir, env=env,
-                start_new_session=True)  # its own process group: a timeout kills the children too
+            process = _start(check, env, workdir, out, err, fork=fork)
         try:
             process.communicate(request, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -124,10 +135,205 @@ def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
                           "(например, цикл по элементам вместо операций над блоками).")
         except BrokenPipeError:  # the worker died before it read the request
             process.wait()
+        except ServerGone:  # the fork server died under the check: run it again, as a plain worker
+            _kill_group(process)
+            return run_check(check_id, payloads, cases, timeout_s=timeout, secret_dirs=secret_dirs,
+                             write_protected=write_protected, fork=False)
         finally:
             _kill_group(process)  # whatever the student's code left running
+            if isinstance(process, _ForkedWorker):
+                process.finish()
         return _parse_reply(check, process.returncode, nonce, _tail(out_path),
                             _tail(err_path) + _tail(output_path))
+
+
+# --- starting a worker: a new Python process, or a fork of the fork server ------------------
+
+class ServerGone(Exception):
+    """The fork server stopped answering (it died, or this process lost it)."""
+
+
+def _start(check, env: dict, workdir: str, out, err, *, fork: bool | None):
+    """The worker of one check, with the request still to be written to its stdin."""
+    if fork is None:
+        fork = not check.needs_gpu and os.environ.get("AUTOGRADER_FORK_SERVER", "1") != "0"
+    if fork and _SERVER_LOCK.acquire(blocking=False):  # another thread's check: a plain worker
+        try:
+            for _ in range(2):  # a server that died since the last check is started again, once
+                server = _fork_server(env)
+                if server is None:
+                    break
+                try:
+                    return server.start(check.id, workdir, out, err, _SERVER_LOCK)
+                except ServerGone:
+                    server.close()
+                except _NoFork:
+                    break
+        except BaseException:
+            _SERVER_LOCK.release()
+            raise
+        _SERVER_LOCK.release()
+    return subprocess.Popen(
+        [sys.executable, "-I", "-m", "autograder.worker"], stdin=subprocess.PIPE,
+        stdout=out, stderr=err, cwd=workdir, env=env,
+        start_new_session=True)  # its own process group: a timeout kills the children too
+
+
+class _NoFork(Exception):
+    """The fork server declined this check (it could not import the check, or threads run)."""
+
+
+_SERVER_LOCK = threading.Lock()
+_SERVER: dict = {}  # "server": the _ForkServer of this process, if one was started
+
+
+def _fork_server(env: dict):
+    """This process's fork server for workers with environment ``env`` (started on first use,
+    again when the environment changed or the server died); None when none can be started."""
+    server = _SERVER.get("server")
+    if server is not None and (server.owner != os.getpid() or server.env != env or server.dead()):
+        if server.owner == os.getpid():
+            server.close()
+        server = None
+    if server is None:
+        try:
+            server = _SERVER["server"] = _ForkServer(env)
+        except OSError:
+            return None
+    return server
+
+
+@atexit.register
+def _stop_fork_server() -> None:
+    """At exit the server gets end-of-file and ends; waiting for it keeps its time in this
+    process's accounting (``RUSAGE_CHILDREN``) and leaves no zombie."""
+    server = _SERVER.get("server")
+    if server is not None and server.owner == os.getpid():
+        with contextlib.suppress(OSError):
+            server.control.close()
+        try:
+            server.process.wait(timeout=2)
+        except Exception:  # noqa: BLE001 - a check still running: the server dies with us anyway
+            server.close()
+
+
+class _ForkServer:
+    """``python -I -m autograder.worker --serve``, started like a worker (same interpreter, flags and
+    environment, own session), that forks one child per check (:func:`autograder.worker.serve`)."""
+
+    def __init__(self, env: dict):
+        self.env, self.owner = dict(env), os.getpid()
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-m", "autograder.worker", "--serve", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, cwd="/", env=env, start_new_session=True)
+
+    def dead(self) -> bool:
+        return self.process.poll() is not None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.control.close()
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        with contextlib.suppress(Exception):
+            self.process.wait(timeout=5)
+        if _SERVER.get("server") is self:
+            del _SERVER["server"]
+
+    def message(self, timeout: float | None) -> dict:
+        self.control.settimeout(timeout)
+        try:
+            data = self.control.recv(65536)
+        except socket.timeout:
+            raise
+        except OSError as error:
+            raise ServerGone(str(error)) from None
+        if not data:
+            raise ServerGone("the fork server closed the connection")
+        return json.loads(data)
+
+    def start(self, check_id: str, workdir: str, out, err, lock) -> "_ForkedWorker":
+        stdin, request_pipe = os.pipe()
+        try:
+            try:
+                socket.send_fds(self.control, [json.dumps({"check_id": check_id, "cwd": workdir}).encode()],
+                                [stdin, out.fileno(), err.fileno()])
+            except OSError as error:
+                raise ServerGone(str(error)) from None
+            finally:
+                os.close(stdin)
+            try:
+                reply = self.message(timeout=60)
+            except socket.timeout:
+                raise ServerGone("the fork server did not answer") from None
+        except BaseException:
+            os.close(request_pipe)
+            raise
+        if "pid" not in reply:
+            os.close(request_pipe)
+            raise _NoFork(reply.get("error"))
+        return _ForkedWorker(self, reply["pid"], request_pipe, lock)
+
+
+class _ForkedWorker:
+    """A worker forked by the fork server, with what run_check uses of subprocess.Popen."""
+
+    def __init__(self, server: _ForkServer, pid: int, request_pipe: int, lock):
+        self.server, self.pid, self.returncode = server, pid, None
+        self._pipe, self._lock = request_pipe, lock
+
+    def communicate(self, request: bytes, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pipe, self._pipe, view = self._pipe, None, memoryview(request)
+        try:
+            while view:  # BrokenPipeError: the worker died before it read the request
+                view = view[os.write(pipe, view):]
+        finally:
+            os.close(pipe)
+        self._wait(max(deadline - time.monotonic(), 0.001), timeout)
+
+    def wait(self) -> int:
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        try:
+            return self._wait(None, None)
+        except ServerGone:  # after a kill or a broken pipe: the child died with its server
+            self.returncode = -signal.SIGKILL
+            return self.returncode
+
+    def _wait(self, remaining: float | None, timeout: float | None) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        try:
+            reply = self.server.message(remaining)
+        except socket.timeout:
+            raise subprocess.TimeoutExpired("autograder.worker", timeout) from None
+        except ServerGone:
+            self._release()
+            self.server.close()
+            raise
+        self.returncode = int(reply["returncode"])
+        self._release()
+        return self.returncode
+
+    def finish(self) -> None:
+        """After run_check: a worker whose end the server never reported (an exception in the
+        grader) leaves the server out of step, so that server is not used again."""
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        if self.returncode is None:
+            self.server.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 def _tail(path: str, limit: int = 64 * 1024) -> bytes:

@@ -13,6 +13,7 @@ or patches ``json``, does not pass.
 """
 from __future__ import annotations
 
+import json
 import json.encoder
 import os
 import pickle
@@ -38,7 +39,8 @@ def _reply(fd: int, nonce: bytes, passed: bool, message: str, mistake) -> None:
 
 def _die_with_parent() -> None:
     """A check never outlives the grader that started it (a killed autograde leaves no check
-    running): Linux delivers SIGKILL here when the parent dies."""
+    running): Linux delivers SIGKILL here when the parent (the grader, or the fork server that
+    the grader started and that dies with it) dies."""
     try:
         import ctypes
 
@@ -101,5 +103,87 @@ def main() -> None:
     _exit(0)  # skip interpreter teardown: student objects may have hostile finalisers
 
 
+# --- the fork server -------------------------------------------------------------------------
+
+def serve(control_fd: int) -> None:
+    """``python -I -m autograder.worker --serve FD``: start checks without starting Python.
+
+    A fresh worker spends most of a short check importing numpy and the grader.  This process,
+    started by the grader (:mod:`autograder.isolation`) exactly like a worker, imports them once
+    and then only forks: for each order on the control socket (a check id and a folder, with the
+    three descriptors the grader would give a worker: the request pipe, the reply file and the
+    output file) the child becomes what ``Popen(..., start_new_session=True, cwd=folder)`` would
+    have started — its own session and process group, those descriptors as 0, 1 and 2 and no
+    other, that folder — and runs :func:`main`, which does everything a worker does (death with
+    its parent, limits, guard, nonce-signed reply).  This process never reads a request, never
+    unpickles anything and never runs student code; it answers the child's pid once the child is
+    in its own session, and its exit status once it is reaped.
+    """
+    _die_with_parent()
+    from autograder import guard  # noqa: F401 - imported once, here: numpy, the guard's snapshot
+    from autograder.core import get_check
+
+    before = set(sys.modules)
+    import socket
+    serving = tuple(set(sys.modules) - before)  # what only serving needs: gone again in each child
+    start = os.getcwd()
+
+    control = socket.socket(fileno=control_fd)
+    me = str(os.getpid())
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, 65536, 3)
+        except OSError:
+            break
+        if not data:
+            break  # the grader is gone
+        try:
+            order = json.loads(data)
+            get_check(order["check_id"])  # the lesson's module, imported before any fork
+            if len(fds) != 3 or len(os.listdir("/proc/self/task")) != 1:
+                raise RuntimeError("no fork: descriptors missing or threads running")
+        except Exception as error:  # noqa: BLE001 - the grader starts a plain worker instead
+            for fd in fds:
+                os.close(fd)
+            control.send(json.dumps({"error": f"{type(error).__name__}: {error}"}).encode())
+            continue
+        ready, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _child(order["cwd"], fds, me, serving, start)
+        os.close(ready_w)
+        for fd in fds:
+            os.close(fd)
+        os.read(ready, 1)  # returns when the child closed its copy: it is in its own session
+        os.close(ready)
+        control.send(json.dumps({"pid": pid}).encode())
+        _, status = os.waitpid(pid, 0)
+        control.send(json.dumps({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def _child(cwd: str, fds: list[int], server: str, serving: tuple, start: str) -> None:
+    """In the forked child: become a fresh worker's process, then run :func:`main`."""
+    try:
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the control socket and the ready pipe too
+        os.chdir(cwd)
+        os.environ["AUTOGRADER_PARENT"] = server
+        del sys.argv[1:]
+        for name in serving:
+            sys.modules.pop(name, None)
+        if sys.path[:1] == [start]:  # Python < 3.11: -m put the server's folder first, a worker's own
+            sys.path[0] = os.getcwd()
+        if "numpy.random" in sys.modules:  # a fresh process draws its own global seed
+            sys.modules["numpy.random"].seed()
+        main()
+    finally:
+        _exit(70)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--serve"]:
+        serve(int(sys.argv[2]))
+    else:
+        main()

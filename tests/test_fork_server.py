@@ -1,0 +1,118 @@
+"""Is a check forked by the fork server the same process as a freshly started worker?
+
+`autograder.isolation` starts CPU checks from a fork server (`autograder.worker.serve`) instead of
+a new `python -I -m autograder.worker`.  A student function that reports what it sees of its
+process (session, process group, open descriptors, folder, environment, limits, modules, argv,
+path) must see the same in both, verdicts must be the same, and a server that dies costs a rerun,
+not a grade.
+"""
+import ast
+import os
+import signal
+import textwrap
+import time
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from autograder import isolation
+from autograder.isolation import run_check
+
+#: Reports the worker process as the student's code sees it, through the check's own message.
+REPORT = """
+def fused_rms_norm(x, w, eps=1e-6):
+    import os, sys, resource, zlib
+    digest = lambda items: (len(items), zlib.crc32(repr(items).encode()))
+    facts = {
+        "session leader": os.getsid(0) == os.getpid(),
+        "group leader": os.getpgid(0) == os.getpid(),
+        "parent": os.getppid(),
+        "descriptors": len(os.listdir("/proc/self/fd")),
+        "folder is a fresh scratch": os.path.basename(os.getcwd()).startswith("autograder-") and os.listdir(".") == [],
+        "address space": resource.getrlimit(resource.RLIMIT_AS),
+        "file size": resource.getrlimit(resource.RLIMIT_FSIZE),
+        "environment": digest(sorted((k, v) for k, v in os.environ.items() if k != "AUTOGRADER_PARENT")),
+        "argv": [os.path.basename(a) for a in sys.argv],
+        "path": digest(sys.path),
+        "modules": digest(sorted(m for m in sys.modules if not m.startswith("autograder.lesson"))),
+        "stdin": sys.stdin.read(),
+        "threads": len(os.listdir("/proc/self/task")),
+        "pid differs from parent": os.getpid() != int(os.environ["AUTOGRADER_PARENT"]),
+        "signals": zlib.crc32(repr([__import__("signal").getsignal(n) for n in (2, 13, 15, 25)]).encode()),
+    }
+    raise ValueError("FACTS" + repr(facts) + "FACTS")
+"""
+
+
+def student(source: str, name: str = "fused_rms_norm"):
+    namespace = {"__name__": "__main__", "np": np}
+    exec(compile(textwrap.dedent(source), "<student>", "exec"), namespace)
+    return namespace[name]
+
+
+def facts(fork: bool | None) -> dict:
+    result = run_check("lesson02.equivalence", [cloudpickle.dumps(student(REPORT))], fork=fork)
+    assert not result.passed
+    return ast.literal_eval(result.message.split("FACTS")[1])
+
+
+def test_a_forked_check_sees_the_process_a_new_worker_sees():
+    spawned, forked = facts(False), facts(None)
+    assert spawned.pop("parent") == os.getpid()
+    assert forked.pop("parent") == isolation._SERVER["server"].process.pid, "the fork server was not used"
+    assert forked == spawned
+    assert spawned["session leader"] and spawned["group leader"] and spawned["stdin"] == ""
+    assert spawned["threads"] == 1 and spawned["address space"][0] == 4 * 2**30
+
+
+@pytest.mark.parametrize("source, says", [
+    ("def fused_rms_norm(x, w, eps=1e-6):\n    import os\n    os._exit(3)", "кодом 3"),
+    ("def fused_rms_norm(x, w, eps=1e-6):\n    import os, signal\n    os.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV"),
+    ("def fused_rms_norm(x, w, eps=1e-6):\n    return np.zeros(1 << 34, np.uint8)", "MemoryError"),
+    ("def fused_rms_norm(x, w, eps=1e-6):\n    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w", ""),
+])
+def test_forked_and_spawned_checks_give_the_same_verdict(source, says):
+    spawned = run_check("lesson02.equivalence", [cloudpickle.dumps(student(source))], fork=False)
+    forked = run_check("lesson02.equivalence", [cloudpickle.dumps(student(source))])
+    assert (forked.passed, forked.message) == (spawned.passed, spawned.message)
+    assert says in forked.message
+
+
+def test_a_hang_is_killed_with_its_process_group_and_the_server_serves_on():
+    hang = student("def fused_rms_norm(x, w, eps=1e-6):\n    while True:\n        pass\n")
+    start = time.monotonic()
+    result = run_check("lesson02.equivalence", [cloudpickle.dumps(hang)], timeout_s=1.5)
+    isolation._HUNG.clear()
+    assert not result.passed and "не завершилась за 1.5 с" in result.message
+    assert time.monotonic() - start < 10
+    good = student("def fused_rms_norm(x, w, eps=1e-6):\n"
+                   "    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w\n")
+    assert run_check("lesson02.equivalence", [cloudpickle.dumps(good)]).passed
+
+
+def test_a_server_killed_during_a_check_costs_a_rerun_not_the_grade():
+    good = student("def fused_rms_norm(x, w, eps=1e-6):\n    import time\n    time.sleep(1.5)\n"
+                   "    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w\n")
+    run_check("lesson02.zeros", [cloudpickle.dumps(good)])  # the server is up
+    server = isolation._SERVER["server"]
+
+    def kill_server_soon():
+        time.sleep(0.7)
+        os.kill(server.process.pid, signal.SIGKILL)
+
+    import threading
+    threading.Thread(target=kill_server_soon, daemon=True).start()
+    result = run_check("lesson02.equivalence", [cloudpickle.dumps(good)])
+    assert result.passed, result.message
+    assert server.dead() and isolation._SERVER.get("server") is not server
+    assert run_check("lesson02.equivalence", [cloudpickle.dumps(good)]).passed  # a new server
+
+
+def test_the_fork_server_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("AUTOGRADER_FORK_SERVER", "0")
+    before = isolation._SERVER.get("server")
+    good = student("def fused_rms_norm(x, w, eps=1e-6):\n"
+                   "    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w\n")
+    assert run_check("lesson02.zeros", [cloudpickle.dumps(good)]).passed
+    assert isolation._SERVER.get("server") is before

@@ -1,0 +1,28 @@
+"""`course grade` runs nbgrader's two commands in one process (`autograder.nbgrader_batch`):
+the gradebook version it stamps is the one `alembic heads` reports, and a failing command stops
+the batch with nbgrader's own message.  (That grades are nbgrader's own: tests/test_autograde.py,
+tests/test_cli_grade.py.)
+"""
+import pytest
+
+from autograder import course
+
+
+def test_the_batch_stamps_the_gradebook_version_alembic_reports(monkeypatch):
+    from autograder.nbgrader_batch import alembic_head
+    from nbgrader.api import get_alembic_version  # runs `alembic heads`, as nbgrader does
+
+    monkeypatch.setenv("PATH", course.nbgrader_env()["PATH"])
+    assert alembic_head() == get_alembic_version()
+
+
+def test_a_failing_command_stops_the_batch(tmp_path):
+    folder = course.new_course(tmp_path / "course", only=["03_swiglu"])
+    done = course.nbgrader_batch([("generate_assignment", "no_such_lesson", "--force"),
+                                  ("generate_assignment", "03_swiglu", "--force")], cwd=folder, check=False)
+    assert done.returncode != 0 and "No notebooks were matched" in done.stderr
+    assert not course.student_notebook("03_swiglu", folder).exists()
+    with pytest.raises(RuntimeError, match="no_such_lesson"):
+        course.nbgrader_batch([("generate_assignment", "no_such_lesson")], cwd=folder)
+    course.nbgrader_batch([("generate_assignment", "03_swiglu", "--force")], cwd=folder)
+    assert course.student_notebook("03_swiglu", folder).exists()
