@@ -21,7 +21,7 @@ import numpy as np
 
 #: Verdict marks: in every text font (DejaVu, Segoe UI...), unlike the emoji ✅/❌, which show as
 #: empty boxes where no emoji font is installed.
-PASS_MARK, FAIL_MARK = "✓", "✗"
+PASS_MARK, FAIL_MARK, SKIP_MARK = "✓", "✗", "○"
 
 
 class CheckFailed(AssertionError):
@@ -46,6 +46,7 @@ class Check:
     timeout_s: float = 120.0
     memory_limit_gib: float | None = 4.0  # None: no address-space cap (GPU checks)
     needs_gpu: bool = False
+    bonus: bool = False  # optional: not in the maximum, its points are extra credit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +59,7 @@ class CheckResult:
     passed: bool
     message: str
     mistake: str | None = None
+    not_started: bool = False  # the student's function is still the released stub
 
     @property
     def score(self) -> float:
@@ -68,18 +70,35 @@ class CheckResult:
         return f"{mark} {self.title}: {format_points(self.score)} из {format_points(self.points)}"
 
 
+def is_bonus(check_id: str) -> bool:
+    try:
+        return get_check(check_id).bonus
+    except KeyError:  # not a registered check (a test's stand-in): an ordinary one
+        return False
+
+
+def skipped_bonus(result: CheckResult) -> bool:
+    """A bonus check whose function is still the released stub: not attempted, and no failure."""
+    return not result.passed and result.not_started and is_bonus(result.check_id)
+
+
+def skipped_bonus_line(result: CheckResult) -> str:
+    return f"{SKIP_MARK} {result.title}: не выполнен — это необязательно (бонус, 0 доп. баллов)"
+
+
 _REGISTRY: dict[str, Check] = {}
 
 
 def check(check_id: str, *, points: float, title: str, timeout_s: float = 30.0,
-          memory_limit_gib: float | None = 4.0, needs_gpu: bool = False):
+          memory_limit_gib: float | None = 4.0, needs_gpu: bool = False,
+          bonus: bool = False):
     """Register a check function under ``check_id`` (``lessonNN.name``)."""
 
     def register(function):
         if check_id in _REGISTRY and _REGISTRY[check_id].function.__qualname__ != function.__qualname__:
             raise ValueError(f"check id {check_id!r} registered twice")
         _REGISTRY[check_id] = Check(check_id, float(points), title, function, timeout_s,
-                                    memory_limit_gib, needs_gpu)
+                                    memory_limit_gib, needs_gpu, bonus)
         return function
 
     return register
@@ -146,8 +165,10 @@ def call_student(function: Any, *args, case: str, what: str = "функция", 
     except guard.Tampering as error:
         raise CheckFailed(f"Нарушение правил проверки на случае {case}: {error}.") from None
     except NotImplementedError:
-        raise CheckFailed(f"{what} ещё не реализована: в ней остался `raise NotImplementedError()` "
-                          f"(случай: {case}).") from None
+        failure = CheckFailed(f"{what} ещё не реализована: в ней остался `raise NotImplementedError()` "
+                              f"(случай: {case}).")
+        failure.not_started = True  # a bonus left alone is no failure (notebook.grade, nbgrader_ext)
+        raise failure from None
     except MemoryError:
         raise CheckFailed(f"{what} исчерпала лимит памяти проверки на случае {case}: "
                           "MemoryError. Скорее всего, создаётся слишком большой массив.") from None

@@ -132,9 +132,13 @@ def fill_answers(lesson: str, answers: dict[str, str], root: Path = ROOT) -> nbf
 
 @dataclasses.dataclass(frozen=True)
 class CellGrade:
+    """A graded cell's score; a bonus cell's points are extra credit (its maximum in nbgrader is 0,
+    here the bonus points it can earn)."""
+
     cell: str
     score: float
     max_score: float
+    bonus: bool = False
 
 
 def autograde(lesson: str, submissions: dict[str, nbformat.NotebookNode], folder: Path,
@@ -153,33 +157,59 @@ def autograde(lesson: str, submissions: dict[str, nbformat.NotebookNode], folder
 def read_grades(course: Path, lesson: str, students: list[str]) -> dict[str, list[CellGrade]]:
     from nbgrader.api import Gradebook
 
+    bonus = bonus_cells(lesson, course)
     grades = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         for student in students:
             notebook = gradebook.find_submission_notebook(lesson, lesson, student)
-            grades[student] = [CellGrade(g.name, float(g.score), float(g.max_score))
+            grades[student] = [CellGrade(g.name, float(g.score), bonus.get(g.name, float(g.max_score)),
+                                         g.name in bonus)
                                for g in sorted(notebook.grades, key=lambda g: g.name)]
     return grades
+
+
+def bonus_cells(lesson: str, root: Path = ROOT) -> dict[str, float]:
+    """Test cells whose checks are all bonus checks -> the extra points they can earn."""
+    from .core import get_check
+    from .nbgrader_ext import parse_grade_cell
+
+    found = {}
+    for cell in nbformat.read(source_notebook(lesson, root), as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        calls = parse_grade_cell(cell.source) if meta.get("grade") and not meta.get("solution") else None
+        checks = {c.check_id: get_check(c.check_id) for c in calls or []}
+        if checks and all(check.bonus for check in checks.values()):
+            found[meta["grade_id"]] = sum(check.points for check in checks.values())
+    return found
 
 
 def verdict_table(graded: nbformat.NotebookNode, grades: list[CellGrade]) -> str:
     """Self-study: every graded cell in notebook order with the words the notebook shows —
     the check titles, the points, and for a failed check its message."""
-    from .core import FAIL_MARK, PASS_MARK
+    from .core import FAIL_MARK, PASS_MARK, SKIP_MARK
     from .nbgrader_ext import FAILED_PREFIX, VERDICTS_KEY
 
     scores = {g.cell: g for g in grades}
-    lines, total, top = [], 0.0, 0.0
+    lines, total, top, extra = [], 0.0, 0.0, 0.0
     for cell in graded.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         if grade_id not in scores:
             continue
         g = scores.pop(grade_id)
-        total, top = total + g.score, top + g.max_score
         verdicts = [v for o in cell.get("outputs", []) for v in o.get("metadata", {}).get(VERDICTS_KEY, [])]
         titles = list(dict.fromkeys(v["title"] for v in verdicts)) or [grade_id]
-        mark = PASS_MARK if g.score >= g.max_score else FAIL_MARK
-        lines.append(f"{mark} {' / '.join(titles)}: {g.score:g} из {g.max_score:g}")
+        if g.bonus:
+            extra += g.score
+            skipped = verdicts and all(v.get("skipped") for v in verdicts)
+            mark = SKIP_MARK if skipped else PASS_MARK if g.score >= g.max_score else FAIL_MARK
+            lines.append(f"{mark} {' / '.join(titles)}: " + ("не выполнен (бонус, необязательно)" if skipped else
+                                                             f"+{g.score:g} из {g.max_score:g} (бонус)"))
+            if skipped or g.score >= g.max_score:
+                continue
+        else:
+            total, top = total + g.score, top + g.max_score
+            mark = PASS_MARK if g.score >= g.max_score else FAIL_MARK
+            lines.append(f"{mark} {' / '.join(titles)}: {g.score:g} из {g.max_score:g}")
         if g.score < g.max_score:
             errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
             for error in errors[:1]:
@@ -187,7 +217,7 @@ def verdict_table(graded: nbformat.NotebookNode, grades: list[CellGrade]) -> str
                 message = [line for line in str(text).splitlines() if line not in titles]
                 lines += ["     " + line for line in message[:12]]
     lines += [f"{FAIL_MARK} {g.cell}: {g.score:g} из {g.max_score:g}" for g in scores.values()]
-    lines.append(f"ИТОГО: {total:g} из {top:g}")
+    lines.append(f"ИТОГО: {total:g} из {top:g}" + (f" и бонус +{extra:g}" if extra else ""))
     return "\n".join(lines)
 
 
@@ -196,7 +226,8 @@ def score_table(grades: list[CellGrade]) -> str:
     width = max([len(g.cell) for g in grades] + [5])
     lines = [f"{'ячейка':<{width}}  баллы"]
     lines += [f"{g.cell:<{width}}  {g.score:g} / {g.max_score:g}" for g in grades]
-    total, top = sum(g.score for g in grades), sum(g.max_score for g in grades)
+    total = sum(g.score for g in grades if not g.bonus)
+    top = sum(g.max_score for g in grades if not g.bonus)
     lines.append(f"{'ИТОГО':<{width}}  {total:g} / {top:g}")
     return "\n".join(lines)
 

@@ -360,7 +360,7 @@ def _parse_reply(check, returncode: int, nonce: str, out: bytes, err: bytes) -> 
         try:
             reply = json.loads(replies[-1].decode("ascii"))
             return CheckResult(check.id, check.title, check.points, reply["passed"] is True,
-                               str(reply["message"]), reply.get("mistake"))
+                               str(reply["message"]), reply.get("mistake"), reply.get("not_started") is True)
         except (ValueError, KeyError, TypeError):
             return CheckResult(check.id, check.title, check.points, False,
                                "Проверка вернула нечитаемый ответ (внутренняя ошибка проверки): "

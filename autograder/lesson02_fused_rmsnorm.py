@@ -216,7 +216,7 @@ ADD_MISTAKES = {
 }
 
 
-@check("lesson02.add_equivalence", points=2, title="Бонус: fused_add_rms_norm совпадает с эталоном")
+@check("lesson02.add_equivalence", points=2, title="Бонус: fused_add_rms_norm совпадает с эталоном", bonus=True)
 def add_equivalence(fused_add_rms_norm, cases=({"T": 512, "D": 384, "seed": 12},)):
     for c in cases:
         x, w = _case_inputs(c["T"], c["D"], c["seed"])
@@ -236,7 +236,8 @@ def add_equivalence(fused_add_rms_norm, cases=({"T": 512, "D": 384, "seed": 12},
             raise CheckFailed(f"fused_add_rms_norm изменила x ({case}); менять на месте можно только residual.")
 
 
-@check("lesson02.add_memory", points=1, title="Бонус: fused_add_rms_norm без лишних (T, D) буферов")
+@check("lesson02.add_memory", points=1, title="Бонус: fused_add_rms_norm без лишних (T, D) буферов",
+       bonus=True)
 def add_memory(fused_add_rms_norm, cases=({"T": 2048, "D": 1024, "seed": 13},)):
     for c in cases:
         x, w = _case_inputs(c["T"], c["D"], c["seed"])

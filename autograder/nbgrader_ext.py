@@ -38,7 +38,8 @@ from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Float, Integer, List, Unicode
 
 from . import submission
-from .core import FAIL_MARK, PASS_MARK, CheckResult, get_check, shorten
+from .core import (FAIL_MARK, PASS_MARK, SKIP_MARK, CheckResult, get_check, is_bonus, shorten,
+                   skipped_bonus, skipped_bonus_line)
 from .isolation import run_check
 
 
@@ -138,14 +139,16 @@ def verdict_outputs(results: list[CheckResult], hidden: list[bool] | None = None
     hidden = hidden or [False] * len(results)
     lines = []
     for result, secret in zip(results, hidden):
-        lines.append(("[скрытая] " if secret else "") + result.summary()
+        line = skipped_bonus_line(result) if skipped_bonus(result) else result.summary()
+        lines.append(("[скрытая] " if secret else "") + line
                      + (f"\n{result.message}" if result.passed and result.message else ""))
     verdicts = [{"check_id": r.check_id, "title": r.title, "points": r.points, "passed": r.passed,
-                 "hidden": bool(secret), "mistake": r.mistake, "message": r.message}
+                 "hidden": bool(secret), "mistake": r.mistake, "message": r.message,
+                 "bonus": is_bonus(r.check_id), "skipped": skipped_bonus(r)}
                 for r, secret in zip(results, hidden)]
     outputs = [NotebookNode(output_type="display_data", data={"text/plain": "\n".join(lines)},
                             metadata={VERDICTS_KEY: verdicts})]
-    failed = [r for r in results if not r.passed]
+    failed = [r for r in results if not r.passed and not skipped_bonus(r)]
     if failed:
         outputs.append(failure_output(shorten(f"{failed[0].title}\n{failed[0].message}", 4000)))
     return outputs
@@ -165,10 +168,12 @@ def feedback_outputs(verdicts: list[dict]) -> list[NotebookNode]:
     for v in shown:  # a failed one is told by the error below, once
         if v["passed"]:
             lines.append(f"{PASS_MARK} {v['title']}")
+        elif v.get("skipped"):
+            lines.append(f"{SKIP_MARK} {v['title']}: не выполнен (бонус, необязательно)")
         elif failure is None:
             failure = f"{v['title']}\n{v['message']}"
     if secret:
-        failed_secret = [v for v in secret if not v["passed"]]
+        failed_secret = [v for v in secret if not v["passed"] and not v.get("skipped")]
         if failed_secret:
             lines.append(f"{FAIL_MARK} Скрытые случаи (другие размеры и seed): не пройдены")
             if failure is None:
@@ -557,9 +562,44 @@ def sanitize_preprocessors() -> list:
     return [default[0], SanitizeStructure, *default[1:]]
 
 
+def bonus_points(verdicts: list[dict]) -> float:
+    """Extra credit a test cell earned: each bonus check once, if every call of it passed."""
+    checks: dict[str, tuple[float, bool]] = {}
+    for v in verdicts:
+        if v.get("bonus"):
+            points, ok = checks.get(v["check_id"], (v["points"], True))
+            checks[v["check_id"]] = (points, ok and v["passed"] is True)
+    return float(sum(points for points, ok in checks.values() if ok))
+
+
+class SaveBonus(NbGraderPreprocessor):
+    """After SaveAutoGrades: a bonus test cell is worth 0 points in nbgrader (so it is not in the
+    maximum) and its passed bonus checks become the grade's extra credit."""
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        with Gradebook(info["db_url"]) as gradebook:
+            for cell in nb.cells:
+                if not _is_test_cell(cell):
+                    continue
+                verdicts = [v for o in cell.get("outputs", [])
+                            for v in o.get("metadata", {}).get(VERDICTS_KEY, [])]
+                if not any(v.get("bonus") for v in verdicts):
+                    continue
+                grade = gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], info["notebook"],
+                                             info["assignment"], info["student"])
+                grade.extra_credit = bonus_points(verdicts)
+            gradebook.db.commit()
+        return nb, resources
+
+
 def autograde_preprocessors() -> list:
-    """nbgrader's autograde pipeline with Execute replaced by IsolatedExecute."""
+    """nbgrader's autograde pipeline with Execute replaced by IsolatedExecute and
+    :class:`SaveBonus` right after SaveAutoGrades."""
     from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import SaveAutoGrades
 
     default = Autograde.class_traits()["autograde_preprocessors"].default()
-    return [IsolatedExecute if p is Execute else p for p in default]
+    steps = [IsolatedExecute if p is Execute else p for p in default]
+    at = steps.index(SaveAutoGrades) + 1
+    return [*steps[:at], SaveBonus, *steps[at:]]

@@ -8,7 +8,7 @@ source and runs the same check from the grader's own process.
 """
 from __future__ import annotations
 
-from .core import CheckFailed, CheckResult, format_points
+from .core import CheckFailed, CheckResult, format_points, skipped_bonus, skipped_bonus_line
 from .isolation import PayloadError, pack, run_check
 
 
@@ -32,6 +32,9 @@ def grade(check_id: str, *objects, cases: list | None = None) -> None:
     """
     __tracebackhide__ = True  # IPython: show the message, not the grader's frames
     result = run(check_id, *objects, cases=cases)
+    if skipped_bonus(result):
+        print(skipped_bonus_line(result))
+        return
     if not result.passed:
         raise CheckFailed(f"{result.title}\n{result.message}")
     print(result.summary() + (f"\n{result.message}" if result.message else ""))

@@ -29,11 +29,12 @@ _exit = os._exit
 FILE_LIMIT_MIB = 64
 
 
-def _reply(fd: int, nonce: bytes, passed: bool, message: str, mistake) -> None:
-    text = '{"passed": %s, "message": %s, "mistake": %s}' % (
+def _reply(fd: int, nonce: bytes, passed: bool, message: str, mistake, not_started=False) -> None:
+    text = '{"passed": %s, "message": %s, "mistake": %s, "not_started": %s}' % (
         "true" if passed is True else "false",
         _quote(message if type(message) is str else "?"),
-        _quote(mistake) if type(mistake) is str else "null")
+        _quote(mistake) if type(mistake) is str else "null",
+        "true" if not_started is True else "false")
     _write(fd, b"\n" + nonce + b" " + text.encode("ascii") + b"\n")
 
 
@@ -70,7 +71,7 @@ def main() -> None:
     guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB)
     guard.install(gpu=check.needs_gpu, secret_dirs=request.get("secret_dirs", ()),
                   write_protected=request.get("write_protected", ()))
-    passed, message, mistake = False, "", None
+    passed, message, mistake, not_started = False, "", None, False
     try:
         try:
             with guard.student_code():
@@ -86,6 +87,7 @@ def main() -> None:
         passed, message = True, detail if type(detail) is str else ""
     except CheckFailed as failure:
         message, mistake = str(failure), getattr(failure, "mistake", None)
+        not_started = getattr(failure, "not_started", False) is True
     except MemoryError:
         message = "Проверка исчерпала лимит памяти (MemoryError)."
     except guard.Tampering as error:
@@ -98,8 +100,8 @@ def main() -> None:
         message = f"Внутренняя ошибка проверки: {name}: {shorten(text, 500)}"
     tampering = guard.verify()
     if tampering:
-        passed, message, mistake = False, f"Нарушение правил проверки: {tampering}.", None
-    _reply(reply_fd, nonce, passed, message, mistake)
+        passed, message, mistake, not_started = False, f"Нарушение правил проверки: {tampering}.", None, False
+    _reply(reply_fd, nonce, passed, message, mistake, not_started)
     _exit(0)  # skip interpreter teardown: student objects may have hostile finalisers
 
 

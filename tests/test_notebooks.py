@@ -20,7 +20,8 @@ def graded_cells(lesson):
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_graded_cells_only_call_grade_and_points_match_the_registry(lesson):
-    """Is every graded test cell a pure grade() call whose points are the check's points?"""
+    """Is every graded test cell a pure grade() call whose points are the check's points (0 for a
+    bonus check: its points are extra credit, outside the maximum)?"""
     cells = graded_cells(lesson)
     assert cells, f"{lesson} has no graded cells"
     for cell in cells:
@@ -28,7 +29,8 @@ def test_graded_cells_only_call_grade_and_points_match_the_registry(lesson):
         assert calls, f"{lesson}: cell {cell.metadata.nbgrader.grade_id} is not only grade() calls"
         assert len({c.check_id for c in calls}) == 1, "one check per cell"
         check = get_check(calls[0].check_id)
-        assert cell.metadata.nbgrader.points == check.points, cell.metadata.nbgrader.grade_id
+        expected = 0 if check.bonus else check.points
+        assert cell.metadata.nbgrader.points == expected, cell.metadata.nbgrader.grade_id
 
 
 @pytest.mark.parametrize("lesson", CPU_LESSONS)
