@@ -709,6 +709,25 @@ def _sanitize_child() -> None:
     _cp.cuda.Device().synchronize()
 
 
+def sanitizer_check(function, inputs: str, case_args: dict, case: str, *, races: bool) -> list[str]:
+    """memcheck, then (``races``) racecheck of one case; CheckFailed with the tool's findings.
+
+    The caller has already checked the case's values: the sanitizer answers only for what values
+    cannot show (an out-of-bounds read or write that does not change the output, a race that did
+    not fire).  Returns the parts of the verdict, e.g. ["memcheck: 0 ошибок", "racecheck: 0 гонок"].
+    """
+    report = sanitize(function, inputs, case_args, tool="memcheck")
+    if report.errors:
+        raise CheckFailed(memcheck_message(report, case))
+    done = ["memcheck: 0 ошибок"]
+    if races:
+        report = sanitize(function, inputs, case_args, tool="racecheck")
+        if report.errors:
+            raise CheckFailed(race_message(report, case))
+        done.append("racecheck: 0 гонок")
+    return done
+
+
 def race_message(report: SanitizerReport, case: str) -> str:
     hazards = [line.strip(" =") for line in report.log.splitlines()
                if "hazard" in line.lower() or "race reported" in line.lower()][:6]

@@ -211,15 +211,7 @@ def _sanitizer(kernel: str, fn, cases, *, races: bool) -> str:
     for c in cases:
         RUN[kernel](fn, c)
         case = describe_case(**c)
-        report = gpu.sanitize(fn, f"{__name__}:{name}", {p: c[p] for p in params}, tool="memcheck")
-        if report.errors:
-            raise CheckFailed(gpu.memcheck_message(report, case))
-        done.append("memcheck: 0 ошибок")
-        if races:
-            report = gpu.sanitize(fn, f"{__name__}:{name}", {p: c[p] for p in params}, tool="racecheck")
-            if report.errors:
-                raise CheckFailed(gpu.race_message(report, case))
-            done.append("racecheck: 0 гонок")
+        done += gpu.sanitizer_check(fn, f"{__name__}:{name}", {p: c[p] for p in params}, case, races=races)
     return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
 
 

@@ -196,9 +196,9 @@ def bank_06() -> list[Entry]:
 # Lesson 07 -----------------------------------------------------------------------------------
 L07 = "07_cupy_rmsnorm"
 C07 = "lesson07.compiles"
-EQ07, TAILS07, NM07, MEM07, RACE07, SPEED07 = (f"lesson07.{n}" for n in
-                                               ("equivalence", "tails", "not_mutated", "memory", "races", "speed"))
-GPU07 = frozenset({EQ07, TAILS07, NM07, MEM07, RACE07, SPEED07})
+EQ07, TAILS07, NM07, MEM07, SAN07, SPEED07 = (f"lesson07.{n}" for n in
+                                              ("equivalence", "tails", "not_mutated", "memory", "sanitizer", "speed"))
+GPU07 = frozenset({EQ07, TAILS07, NM07, MEM07, SAN07, SPEED07})
 
 SCALAR_RMS = r'''
 RMSNORM_SRC = r"""
@@ -299,13 +299,13 @@ def bank_07() -> list[Entry]:
             "for (int k = 0; k < D / (int)blockDim.x; ++k) { int i = threadIdx.x + k * blockDim.x; s += xr[i] * xr[i]; }"),
             "for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];",
             "for (int k = 0; k < D / (int)blockDim.x; ++k) { int i = threadIdx.x + k * blockDim.x; yr[i] = xr[i] * inv * w[i]; }")},
-            {TAILS07}, says="NaN"),  # the tail of y stays as the grader filled it: NaN
+            {TAILS07, SAN07}, says="NaN"),  # the tail of y stays as the grader filled it: NaN; D=1000 under the sanitizer too
         Entry("float4_without_alignment_check", kernel(replace(
             src, "const bool aligned = (D % 4 == 0) && ((((size_t)x | (size_t)w | (size_t)y) & 15) == 0);",
-            "const bool aligned = true;")), {TAILS07}, says="misaligned"),
+            "const bool aligned = true;")), {TAILS07, SAN07}, says="misaligned"),  # hidden sanitizer case D=4097
         Entry("missing_syncthreads", {**scalar, "rmsnorm_source": replace(
             SCALAR_RMS, "partial[threadIdx.x] = s;\n    __syncthreads();", "partial[threadIdx.x] = s;")},
-            {RACE07}, may_lose=GPU07),  # here the race corrupts the output too (seen on an H200)
+            {SAN07}, may_lose=GPU07),  # here the race corrupts the output too (seen on an H200)
         Entry("eps_outside_root", kernel(replace(  # both paths of the kernel
             src, "const float inv_rms = rsqrtf(row_sum(sum_sq) / D + eps);",
             "const float inv_rms = 1.0f / (sqrtf(row_sum(sum_sq) / D) + eps);")),
@@ -338,15 +338,20 @@ def fused_rms_norm_gpu(x, w, eps=1e-6):
             SCALAR_RMS, "for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];",
             "for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];\n"
             "    if (blockIdx.x == T - 1 && threadIdx.x == 0) yr[D] = 0.0f;")}, GPU07, says="за пределы"),
+        # the loop rounds D up to the block and masks the value: right answer, but the last row reads past x
+        Entry("reads_past_the_end_masked", {**scalar, "rmsnorm_source": replace(
+            SCALAR_RMS, "for (int i = threadIdx.x; i < D; i += blockDim.x) s += xr[i] * xr[i];",
+            "for (int b = 0; b < D; b += blockDim.x) { const int i = b + threadIdx.x; const float v = xr[i]; "
+            "s += i < D ? v * v : 0.0f; }")}, {SAN07}, says="memcheck"),
     ]
 
 
 # Lesson 08 -----------------------------------------------------------------------------------
 L08 = "08_cupy_flash_attention"
 C08 = "lesson08.compiles"
-EQ08, TAILS08, CAUSAL08, LARGE08, MEM08, SKIP08, RACE08 = (
-    f"lesson08.{n}" for n in ("equivalence", "tails", "causal", "large_logits", "memory", "causal_skip", "races"))
-GPU08 = frozenset({EQ08, TAILS08, CAUSAL08, LARGE08, MEM08, SKIP08, RACE08})
+EQ08, TAILS08, CAUSAL08, LARGE08, MEM08, SKIP08, SAN08 = (
+    f"lesson08.{n}" for n in ("equivalence", "tails", "causal", "large_logits", "memory", "causal_skip", "sanitizer"))
+GPU08 = frozenset({EQ08, TAILS08, CAUSAL08, LARGE08, MEM08, SKIP08, SAN08})
 
 SIMPLE_FLASH = r'''
 FLASH_SRC = r"""
@@ -435,21 +440,26 @@ def bank_08() -> list[Entry]:
         Entry("step1_no_barrier_after_load", step1_kernel(replace(
             step1, "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }\n        __syncthreads();",
             "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }")),
-            {RACE08}, may_lose=GPU08, says="racecheck"),
+            {SAN08}, may_lose=GPU08, says="racecheck"),
         Entry("step1_causal_loop_to_the_end", step1_kernel(replace(
             step1, "const int kv_end = causal ? min(q0 + BR, n) : n;", "const int kv_end = n;")), {SKIP08}, says="доля"),
         Entry("step1_no_counter", step1_kernel(replace(
             step1, "        atomicAdd(tile_counter, tiles);", "        ;")), {SKIP08}, says="счётчик"),
         Entry("step1_skips_last_partial_block", {"flash_attention_gpu": replace(
             step1_wrap, "kernel(((n + 63) // 64, H), (64,),", "kernel((max(n // 64, 1), H), (64,),")},
-              {TAILS08}, says="NaN"),
+              {TAILS08, SAN08}, says="NaN"),  # the sanitizer's cases have n = 100, 77 too
         Entry("step1_writes_past_the_end", step1_kernel(replace(
             step1, "    if (active)\n        for (int t = 0; t < D; ++t)", "    for (int t = 0; t < D; ++t)")),
-              {TAILS08}, may_lose={LARGE08}, says="за пределы"),
+              {TAILS08, SAN08}, may_lose={LARGE08}, says="за пределы"),
+        # K/V rows >= n loaded without the guard: those keys are never used, but the last tile reads past K, V
+        Entry("step1_loads_rows_past_n", step1_kernel(replace(replace(
+            step1, "Ks[e] = r < n ? K[(size_t)r * D + e % D] : 0.0f;", "Ks[e] = K[(size_t)r * D + e % D];"),
+            "Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;", "Vs[e] = V[(size_t)r * D + e % D];")),
+              {SAN08}, says="memcheck"),
         Entry("missing_syncthreads_after_staging", {**simple, "flash_source": replace(
             SIMPLE_FLASH, "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }\n        __syncthreads();",
             "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }")},
-            {RACE08}, may_lose=GPU08, says="racecheck"),
+            {SAN08}, may_lose=GPU08, says="racecheck"),
         Entry("S_materialised", {"flash_source": src, "flash_attention_gpu": replace(
             wrap, "    O = cp.empty_like(Q)\n", "    O = cp.empty_like(Q)\n    S = cp.empty((H, n, n), dtype=cp.float32)\n")},
             {MEM08}, says="Матрица S"),
@@ -466,7 +476,7 @@ def bank_08() -> list[Entry]:
         Entry("no_tail_guard", kernel(replace(replace(
             src, "const bool valid = g < n;", "const bool valid = true;"),
             "if (edge && (col >= n || (causal && col > row))) v = NEG_INF;",
-            "if (edge && causal && col > row) v = NEG_INF;")), {TAILS08}, says="NaN"),  # K/V rows past n: guard NaN
+            "if (edge && causal && col > row) v = NEG_INF;")), {TAILS08, SAN08}, says="NaN"),  # K/V rows past n: guard NaN
         Entry("diagonal_masked", kernel(replace(
             src, "if (edge && (col >= n || (causal && col > row))) v = NEG_INF;",
             "if (edge && (col >= n || (causal && col >= row))) v = NEG_INF;")),
@@ -493,9 +503,20 @@ HANG_TIMEOUT_S = 20  # the never-ending kernels: the same timeout path as a chec
 
 # --- running ----------------------------------------------------------------------------------
 
+#: ``GPU_BANK_CHECKS=lesson07.sanitizer,lesson08.sanitizer`` runs only those checks of each entry (and
+#: skips the never-ending kernels, whose timeout path is the same for every check): a short run
+#: after one check changed.  Expectations are compared on the selected checks only.
+ONLY = frozenset(filter(None, os.environ.get("GPU_BANK_CHECKS", "").split(",")))
+#: ``GPU_BANK_ENTRIES=reference,untouched`` runs only those entries of each bank.
+ONLY_ENTRIES = frozenset(filter(None, os.environ.get("GPU_BANK_ENTRIES", "").split(",")))
+
+
 def run_bank(lesson: str) -> list[dict]:
-    calls = grade_calls(lesson)
-    entries = BANKS[lesson]()
+    calls = [c for c in grade_calls(lesson) if not ONLY or c[0] in ONLY]
+    entries = [e for e in BANKS[lesson]() if (not ONLY or not e.hangs) and (not ONLY_ENTRIES or e.name in ONLY_ENTRIES)]
+    if ONLY:
+        entries = [dataclasses.replace(e, loses=e.loses & ONLY, may_lose=e.may_lose & ONLY,
+                                       says=e.says if e.loses & ONLY else None) for e in entries]
     spaces = {e.name: namespace(lesson, e.answers) for e in entries}
     jobs = [(e, call) for e in entries for call in calls]
     verdicts: dict[tuple[str, str], list] = {}
