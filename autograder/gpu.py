@@ -638,6 +638,9 @@ _allow = getattr(guard, "allow_grader_program", None)
 if _SANITIZER and _allow is not None:  # the worker's guard refuses new processes once student code ran
     _allow(_SANITIZER)
 
+#: Larger than the furthest a tile load can overrun: 31 rows of d = 128 floats past the end (lesson 08).
+SANITIZER_PADDING_BYTES = 64 * 1024
+
 _SUMMARY = re.compile(r"(RACECHECK|ERROR) SUMMARY: (\d+) (?:hazards? displayed \((\d+) errors?, (\d+) warnings?\)|errors?)")
 
 
@@ -668,7 +671,10 @@ def sanitize(function, inputs: str, case: dict, *, tool: str = "racecheck", time
                             "tool": tool})
     with tempfile.TemporaryDirectory(prefix="autograder-sanitize-") as folder:
         log_path = os.path.join(folder, "sanitizer.log")
-        command = [sanitizer, "--tool", tool, "--log-file", log_path, "--print-limit", "20",
+        # memcheck knows allocations, not which one a pointer came from: a read past K that lands in V
+        # is "valid".  Padding after every allocation (never a valid address) makes such a read an error.
+        padding = ["--padding", str(SANITIZER_PADDING_BYTES)] if tool == "memcheck" else []
+        command = [sanitizer, "--tool", tool, *padding, "--log-file", log_path, "--print-limit", "20",
                    sys.executable, "-I", "-c", "from autograder.gpu import _sanitize_child; _sanitize_child()"]
         try:
             done = subprocess.run(command, input=payload, capture_output=True, timeout=timeout_s, cwd=folder)

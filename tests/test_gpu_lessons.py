@@ -516,7 +516,7 @@ def run_bank(lesson: str) -> list[dict]:
     entries = [e for e in BANKS[lesson]() if (not ONLY or not e.hangs) and (not ONLY_ENTRIES or e.name in ONLY_ENTRIES)]
     if ONLY:
         entries = [dataclasses.replace(e, loses=e.loses & ONLY, may_lose=e.may_lose & ONLY,
-                                       says=e.says if e.loses & ONLY else None) for e in entries]
+                                       says=e.says if e.loses and e.loses <= ONLY else None) for e in entries]
     spaces = {e.name: namespace(lesson, e.answers) for e in entries}
     jobs = [(e, call) for e in entries for call in calls]
     verdicts: dict[tuple[str, str], list] = {}
