@@ -60,6 +60,9 @@ class CheckResult:
     message: str
     mistake: str | None = None
     not_started: bool = False  # the student's function is still the released stub
+    #: The grader could not run the check (its worker ended before the student's code ran): the
+    #: result says nothing of the solution, so a grade must not be recorded from it.
+    grader_fault: bool = False
 
     @property
     def score(self) -> float:

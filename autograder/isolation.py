@@ -28,6 +28,7 @@ import json
 import os
 import pickle
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,6 +40,7 @@ import time
 import cloudpickle
 
 from .core import CheckResult, get_check, shorten
+from .worker import STARTED
 
 #: Environment of the worker: one BLAS thread (deterministic, small address space).
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -100,7 +102,21 @@ def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
     add to the guard's defaults: this repository's solutions/, the package, the environment.
     ``fork``: start the worker from the fork server (None: for CPU checks, unless
     ``AUTOGRADER_FORK_SERVER=0``) or as a new Python process (False).
+
+    A worker that ends before the student's code ran is the grader's fault: the check runs once
+    more in a new process, and if that fails too the result says so (``grader_fault``).
     """
+    result = _run_check_once(check_id, payloads, cases, timeout_s=timeout_s, secret_dirs=secret_dirs,
+                             write_protected=write_protected, fork=fork)
+    if result.grader_fault:
+        result = _run_check_once(check_id, payloads, cases, timeout_s=timeout_s, secret_dirs=secret_dirs,
+                                 write_protected=write_protected, fork=False)
+    return result
+
+
+def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *, timeout_s: float | None,
+                    secret_dirs: tuple[str, ...], write_protected: tuple[str, ...],
+                    fork: bool | None) -> CheckResult:
     check = get_check(check_id)
     timeout = check.timeout_s if timeout_s is None else timeout_s
     nonce = secrets.token_hex(16)
@@ -353,9 +369,30 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
+GRADER_FAULT = ("Сбой проверяющей системы, а не вашего решения: {what}. Эта проверка не оценена "
+                "(не ноль — просто нет оценки); запустите её ещё раз.")
+
+
+def grader_fault(check, what: str, err: bytes = b"") -> CheckResult:
+    """The result of a check that the grader could not run; ``what`` says what went wrong (Russian)."""
+    message = GRADER_FAULT.format(what=what)
+    free = shutil.disk_usage(tempfile.gettempdir()).free
+    if free < 256 * 2**20:
+        message += f"\nНа диске для временных файлов ({tempfile.gettempdir()}) свободно {free / 2**20:.0f} МиБ."
+    tail = err.decode("utf-8", "replace").strip()
+    if tail:
+        message += "\nПоследние строки вывода:\n" + shorten(tail[-800:], 800)
+    return CheckResult(check.id, check.title, check.points, False, message, grader_fault=True)
+
+
 def _parse_reply(check, returncode: int, nonce: str, out: bytes, err: bytes) -> CheckResult:
     marker = nonce.encode("ascii") + b" "
-    replies = [line[len(marker):] for line in out.splitlines() if line.startswith(marker)]
+    lines = [line[len(marker):] for line in out.splitlines() if line.startswith(marker)]
+    started = STARTED in lines  # the worker got as far as the student's code
+    replies = [line for line in lines if line != STARTED]
+    if not replies and not started:
+        return grader_fault(check, f"процесс проверки завершился с кодом {returncode}, не дойдя до вашего кода",
+                            err)
     if returncode == 0 and replies:
         try:
             reply = json.loads(replies[-1].decode("ascii"))

@@ -133,6 +133,11 @@ VERDICTS_KEY = "course_autograder_verdicts"
 FAILED_PREFIX = "Проверка не пройдена: "
 
 
+class GraderError(RuntimeError):
+    """The grader could not run a check of this submission: nbgrader records no grade for it
+    (``course status`` and the report say "сдана, не проверена" with this message)."""
+
+
 def verdict_outputs(results: list[CheckResult], hidden: list[bool] | None = None) -> list[NotebookNode]:
     """The cell outputs nbgrader scores: the report (text, with the verdicts as data in its
     metadata) and, when a check failed, an error (nbgrader scores the cell 0; otherwise full)."""
@@ -327,8 +332,12 @@ class IsolatedExecute(Execute):
             finally:
                 cell.source = source
             exported = _read_export(path)
-        cell.outputs = verdict_outputs([self._run(call, exported) for call in calls],
-                                       [call.hidden for call in calls])
+        results = [self._run(call, exported) for call in calls]
+        faults = [r for r in results if r.grader_fault]
+        if faults:  # never a grade from a check that did not run: the submission stays ungraded
+            raise GraderError(f"проверка {faults[0].check_id} не выполнена — "
+                              + faults[0].message.splitlines()[0])
+        cell.outputs = verdict_outputs(results, [call.hidden for call in calls])
         return cell
 
     def output(self, outs, msg, display_id, cell_index):

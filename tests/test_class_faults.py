@@ -385,6 +385,26 @@ def test_grading_cut_between_notebook_and_grades_is_regraded_not_zero(clean, tmp
     assert grades(folder) == clean
 
 
+def test_a_check_the_grader_could_not_run_leaves_the_submission_ungraded_not_zero(clean, tmp_path, monkeypatch):
+    """A check whose worker is lost before the student's code ran (seen once on a GPU machine:
+    exit code 0, no verdict) gives no grade: the submissions are "сдана, не проверена" with the
+    reason, nothing is a zero, and a plain re-run once the fault is gone gives the clean grades."""
+    folder = make_class(tmp_path, honest_class())
+    monkeypatch.setenv("AUTOGRADER_INJECT_WORKER_FAULT", "lesson02.memory")
+    summary = parallel.autograde(folder, workers=2, progress=False)
+    assert len(summary.failed) == len(HONEST), summary.text()
+    loaded = parallel.load_course(folder)
+    for student in HONEST:
+        state = status.status(loaded, LESSON, student)
+        assert state.state is status.State.UNGRADED, (student, state)
+        assert "lesson02.memory" in state.reason and "Сбой проверяющей системы" in state.reason, state.reason
+    assert all(score is None for cells in grades(folder).values() for score in cells.values())
+    monkeypatch.delenv("AUTOGRADER_INJECT_WORKER_FAULT")
+    summary = parallel.autograde(folder, workers=2, progress=False)
+    assert not summary.failed, summary.text()
+    assert grades(folder) == clean
+
+
 def test_without_a_gradebook_the_commands_say_what_creates_it(tmp_path, capsys):
     from autograder import cli
 

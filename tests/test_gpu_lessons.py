@@ -6,6 +6,8 @@ built as compute_75 PTX and JIT-compiled by the driver: on an H200 that proves t
 JSON and every check runs through :func:`autograder.notebook.run`, in its worker process, as
 under ``nbgrader autograde``.  Set ``GPU_TEST_REPORT=path.json`` to keep every verdict.
 
+An out-of-bounds read that leaves the output right is caught by memcheck only (its ``--padding``
+after every allocation makes a read past K that lands in V an error too).
 A missing ``__syncthreads()`` is caught deterministically by racecheck; whether the race also
 corrupts the output on a given run is luck, so those entries may lose the value checks too
 (``may_lose``) — everything else must lose exactly its checks.

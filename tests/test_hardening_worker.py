@@ -304,6 +304,46 @@ def test_a_hang_times_out_once_then_fails_fast():
         _HUNG.clear()
 
 
+def test_a_worker_lost_before_the_students_code_is_the_graders_fault(monkeypatch):
+    """A worker that ends without a verdict before the student's code ran (seen on a GPU machine:
+    exit code 0, nothing written) is no verdict on the solution: retried once, then a grader fault."""
+    from autograder import isolation
+
+    attempts = []
+    once = isolation._run_check_once
+    monkeypatch.setattr(isolation, "_run_check_once", lambda *a, **k: attempts.append(k["fork"]) or once(*a, **k))
+    monkeypatch.setenv("AUTOGRADER_INJECT_WORKER_FAULT", "lesson02.zeros")
+    result = run("lesson02.zeros", student(SOLUTION))
+    assert result.grader_fault and not result.passed
+    assert result.message.startswith("Сбой проверяющей системы, а не вашего решения"), result.message
+    assert attempts == [None, False]  # the second try in a new process, not from the fork server
+    monkeypatch.delenv("AUTOGRADER_INJECT_WORKER_FAULT")
+    assert run("lesson02.zeros", student(SOLUTION)).passed
+
+
+def test_a_retry_that_works_gives_the_real_verdict(monkeypatch):
+    from autograder import isolation
+
+    once = isolation._run_check_once
+    faults = [True]
+
+    def flaky(check_id, *args, **kwargs):
+        if faults.pop() if faults else False:
+            return isolation.grader_fault(isolation.get_check(check_id), "проверочный сбой")
+        return once(check_id, *args, **kwargs)
+
+    monkeypatch.setattr(isolation, "_run_check_once", flaky)
+    result = run("lesson02.zeros", student(SOLUTION))
+    assert result.passed and not result.grader_fault, result.message
+
+
+def test_a_student_ending_the_process_is_not_a_grader_fault():
+    """os._exit(0) in the student's function: their code ran, so the missing verdict is theirs."""
+    result = run("lesson02.zeros", student("def fused_rms_norm(x, w, eps=1e-6):\n    import os; os._exit(0)\n"))
+    assert not result.passed and not result.grader_fault
+    assert "завершился с кодом 0" in result.message
+
+
 LEGITIMATE = [
     ("the reference", SOLUTION),
     ("numpy submodules imported on first use", SOLUTION.replace(
