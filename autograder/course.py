@@ -187,7 +187,8 @@ def verdict_table(graded: nbformat.NotebookNode, grades: list[CellGrade]) -> str
     """Self-study: every graded cell in notebook order with the words the notebook shows —
     the check titles, the points, and for a failed check its message."""
     from .core import FAIL_MARK, PASS_MARK, SKIP_MARK
-    from .nbgrader_ext import FAILED_PREFIX, VERDICTS_KEY
+    from . import verdicts as verdicts_module
+    from .nbgrader_ext import FAILED_PREFIX
 
     scores = {g.cell: g for g in grades}
     lines, total, top, extra = [], 0.0, 0.0, 0.0
@@ -196,7 +197,7 @@ def verdict_table(graded: nbformat.NotebookNode, grades: list[CellGrade]) -> str
         if grade_id not in scores:
             continue
         g = scores.pop(grade_id)
-        verdicts = [v for o in cell.get("outputs", []) for v in o.get("metadata", {}).get(VERDICTS_KEY, [])]
+        verdicts = verdicts_module.of_cell(cell)
         titles = list(dict.fromkeys(v["title"] for v in verdicts)) or [grade_id]
         if g.bonus:
             extra += g.score

@@ -38,6 +38,7 @@ from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Float, Integer, List, Unicode
 
 from . import submission
+from . import verdicts as verdicts_module
 from .core import (FAIL_MARK, PASS_MARK, SKIP_MARK, CheckResult, get_check, is_bonus, shorten,
                    skipped_bonus, skipped_bonus_line)
 from .isolation import run_check
@@ -127,9 +128,6 @@ KERNEL_STUCK = ("Ячейка не завершилась за {timeout} с и �
                 "ядро, заново выполнила предыдущие ячейки (без этой) и продолжила со следующей.")
 
 
-#: Output metadata key under which a test cell's verdicts travel as data (the text beside it is
-#: for people; tools such as the feedback step read this).
-VERDICTS_KEY = "course_autograder_verdicts"
 FAILED_PREFIX = "Проверка не пройдена: "
 
 
@@ -152,7 +150,7 @@ def verdict_outputs(results: list[CheckResult], hidden: list[bool] | None = None
                  "bonus": is_bonus(r.check_id), "skipped": skipped_bonus(r)}
                 for r, secret in zip(results, hidden)]
     outputs = [NotebookNode(output_type="display_data", data={"text/plain": "\n".join(lines)},
-                            metadata={VERDICTS_KEY: verdicts})]
+                            metadata=verdicts_module.metadata(verdicts))]
     failed = [r for r in results if not r.passed and not skipped_bonus(r)]
     if failed:
         outputs.append(failure_output(shorten(f"{failed[0].title}\n{failed[0].message}", 4000)))
@@ -212,7 +210,7 @@ class FeedbackVerdicts(NbGraderPreprocessor):
             if not _is_test_cell(cell):
                 continue
             cell.source = _without_hidden(cell.source)
-            verdicts = [v for o in cell.get("outputs", []) for v in o.get("metadata", {}).get(VERDICTS_KEY, [])]
+            verdicts = verdicts_module.of_cell(cell)
             if verdicts:
                 cell.outputs = feedback_outputs(verdicts)
             else:  # no verdicts (an old notebook, a restored cell): show no outputs that may leak
@@ -591,8 +589,7 @@ class SaveBonus(NbGraderPreprocessor):
             for cell in nb.cells:
                 if not _is_test_cell(cell):
                     continue
-                verdicts = [v for o in cell.get("outputs", [])
-                            for v in o.get("metadata", {}).get(VERDICTS_KEY, [])]
+                verdicts = verdicts_module.of_cell(cell)
                 if not any(v.get("bonus") for v in verdicts):
                     continue
                 grade = gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], info["notebook"],

@@ -3,11 +3,12 @@
 Scores come from the class gradebook (``grade.score``: a grader's manual score where there is
 one, else the autograder's).  A check *fails* for a student when its test cell scored below its
 points.  The gradebook keeps no failure messages (its comments only say "No response."), so the
-named mistakes are read from the autograded notebooks (``autograded/<student>/<lesson>/``): the
-error output of a failed test cell carries the check's message, and
-:func:`autograder.mistakes.compare_or_name` ends it with «Похоже на известную ошибку: «…».».
-Check titles come from the check registry, through the test cells of the lesson's source.
-Shares are over the students who submitted that lesson.
+named mistakes and the check titles are read from the autograded notebooks
+(``autograded/<student>/<lesson>/``): each test cell carries its checks' verdicts as data
+(:mod:`autograder.verdicts`), a failed one with the mistake :mod:`autograder.mistakes` named.
+Nothing here parses text, imports a lesson or reads the source notebooks.
+Shares are over the students who submitted that lesson.  The page is laid out by the Jinja2
+template ``autograder/templates/class_report.html.j2``.
 """
 from __future__ import annotations
 
@@ -15,9 +16,7 @@ import base64
 import collections
 import dataclasses
 import datetime
-import html
 import io
-import re
 import statistics
 from pathlib import Path
 from typing import Iterable
@@ -25,12 +24,9 @@ from typing import Iterable
 import nbformat
 
 from . import status as status_module
-from .core import format_points, get_check
-from .nbgrader_ext import parse_grade_cell
+from . import verdicts
+from .core import format_points
 from .parallel import Course, load_course, quiet, require_gradebook, select_lessons
-
-MISTAKE = re.compile(r"Похоже на известную ошибку: «(.+?)»(?:\.|$)", re.MULTILINE)
-
 
 @dataclasses.dataclass(frozen=True)
 class CheckStats:
@@ -83,36 +79,30 @@ class LessonStats:
 
 # --- reading the course ---------------------------------------------------------------------
 
-def named_mistakes(cell) -> list[str]:
-    """The known mistakes a test cell's error output names (autograder.mistakes)."""
-    found = []
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            found += MISTAKE.findall(str(output.get("evalue", "")))
+def named_mistakes(cell) -> list[tuple[str, str]]:
+    """(mistake, check title) for each failed check of a graded cell that named a known mistake
+    (autograder.mistakes), read from the verdicts the cell carries as data."""
+    found = [(v["mistake"], v["title"]) for v in verdicts.of_cell(cell) if not v["passed"] and v.get("mistake")]
     return list(dict.fromkeys(found))
 
 
-def check_titles(course: Course, lesson: str) -> dict[str, str]:
-    """grade_id of each test cell in the lesson's source -> the title of the check it calls."""
-    titles = {}
-    for path in sorted(course.source(lesson).glob("*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if not (meta.get("grade") and not meta.get("solution")):
-                continue
-            calls = parse_grade_cell(cell.source) or []
-            try:
-                titles[meta["grade_id"]] = get_check(calls[0].check_id).title if calls else meta["grade_id"]
-            except KeyError:
-                titles[meta["grade_id"]] = meta["grade_id"]
-    return titles
+def is_check_cell(gradebook, grade) -> bool:
+    """An autograded test cell: a grade cell that is not also a solution cell (those are
+    answers graded by hand)."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        gradebook.find_solution_cell(grade.name, grade.notebook.name, grade.notebook.assignment.name)
+    except MissingEntry:
+        return True
+    return False
 
 
 def collect(course: Course, lesson: str) -> LessonStats:
     """Scores, failed checks and named mistakes of one lesson."""
     from nbgrader.api import Gradebook
 
-    titles = check_titles(course, lesson)
+    titles: dict[str, str] = {}  # test cell -> the title of its check, from the verdicts
     totals: dict[str, float] = {}
     points: dict[str, float] = {}
     failed: dict[str, list[str]] = collections.defaultdict(list)
@@ -145,7 +135,7 @@ def collect(course: Course, lesson: str) -> LessonStats:
                 blank.append(student)
             for notebook in submission.notebooks:
                 for grade in notebook.grades:
-                    if grade.name not in titles:  # manually graded answers are not checks
+                    if not is_check_cell(gradebook, grade):
                         continue
                     points[grade.name] = float(grade.max_score)
                     if (grade.score or 0) < grade.max_score:
@@ -158,12 +148,17 @@ def collect(course: Course, lesson: str) -> LessonStats:
             for path in notebooks:
                 for cell in nbformat.read(path, as_version=4).cells:
                     grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+                    found = verdicts.of_cell(cell)
+                    if grade_id not in points or not found:
+                        continue
+                    titles.setdefault(grade_id, found[0]["title"])
                     if grade_id in lost:
-                        for mistake in named_mistakes(cell):
+                        for mistake, title in named_mistakes(cell):
                             named[mistake].add(student)
-                            named_in[mistake].add(titles[grade_id])
-    checks = tuple(CheckStats(cell, titles[cell], points[cell], tuple(failed[cell]))
-                   for cell in titles if cell in points)
+                            named_in[mistake].add(title)
+    order = list(titles) + [cell for cell in points if cell not in titles]  # notebook order first
+    checks = tuple(CheckStats(cell, titles.get(cell, cell), points[cell], tuple(failed[cell]))
+                   for cell in order if cell in points)
     mistakes = tuple(sorted((MistakeStats(lesson, m, tuple(sorted(s)), tuple(sorted(named_in[m])))
                              for m, s in named.items()), key=lambda m: (-len(m.students), m.mistake)))
     return LessonStats(lesson, max_score, totals, checks, mistakes, unread, tuple(blank),
@@ -181,12 +176,13 @@ def class_stats(folder: Path | str, lessons: Iterable[str] = (), *, only_gpu: bo
 # --- figures --------------------------------------------------------------------------------
 
 def _png(figure) -> str:
+    """The figure as base64 PNG (the page embeds it)."""
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     plt.close(figure)
-    return '<img alt="" src="data:image/png;base64,' + base64.b64encode(buffer.getvalue()).decode() + '">'
+    return base64.b64encode(buffer.getvalue()).decode()
 
 
 def lesson_figure(stats: LessonStats) -> str:
@@ -237,103 +233,60 @@ def _wrap(text: str, width: int) -> str:
 
 # --- the page -------------------------------------------------------------------------------
 
-STYLE = """
-body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
-td.n { text-align: right; white-space: nowrap; }
-img { max-width: 100%; }
-.muted { color: #777; }
-"""
-
-
 def _share(stats: LessonStats, count: int) -> str:
     return f"{count} ({100 * stats.share(count):.0f} %)"
 
 
-def render(lessons: list[LessonStats], course_name: str = "") -> str:
-    """The HTML page (figures embedded as PNG)."""
-    esc = html.escape
-    now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    parts = [f"<!DOCTYPE html><html lang='ru'><head><meta charset='utf-8'>"
-             f"<title>Отчёт по классу {esc(course_name)}</title><style>{STYLE}</style></head><body>",
-             f"<h1>Отчёт по классу {esc(course_name)}</h1>",
-             f"<p class='muted'>{now}. Баллы — из gradebook nbgrader; проверка «не пройдена», если её ячейка "
-             "получила меньше своих баллов; доли — от сдавших урок (включая тех, кто не приступал: "
-             "все ячейки ответов как в выданном ноутбуке). Известные ошибки — из сообщений "
-             "проверок в autograded-ноутбуках («Похоже на известную ошибку: …»).</p>"]
-
+def context(lessons: list[LessonStats], course_name: str = "") -> dict:
+    """Everything the page shows, as plain values (templates/class_report.html.j2 lays it out)."""
     worst = sorted(((stats.failed_share(c), stats, c) for stats in lessons for c in stats.checks
                     if stats.failed_share(c) > 0), key=lambda t: -t[0])[:5]
     mistakes = sorted((m for stats in lessons for m in stats.mistakes), key=lambda m: -len(m.students))
     by_lesson = {s.lesson: s for s in lessons}
-    parts.append("<h2>Главное</h2>")
-    if worst:
-        parts.append("<p>Чаще всего не пройдены (доля среди приступивших к уроку):</p><ol>")
-        parts += [f"<li>{esc(c.title)} — <b>{100 * share:.0f} %</b> ({esc(s.lesson)})</li>"
-                  for share, s, c in worst]
-        parts.append("</ol>")
-    if mistakes:
-        parts.append("<p>Самые частые известные ошибки:</p><ol>")
-        parts += [f"<li>«{esc(m.mistake)}» — <b>{_share(by_lesson[m.lesson], len(m.students))}</b> "
-                  f"({esc(m.lesson)})</li>" for m in mistakes[:5]]
-        parts.append("</ol>")
-    ungraded = [(stats.lesson, student, why) for stats in lessons for student, why in stats.ungraded]
-    if ungraded:
-        parts.append(f"<p><b>Сданы, но не проверены ({len(ungraded)})</b> — их баллов нет ни в отчёте, "
-                     "ни в экспорте (это не ноль): повторите <code>course autograde</code> или посмотрите "
-                     "<code>autograde_errors/</code>.</p><ul>")
-        parts += [f"<li>{esc(student)} ({esc(lesson)}): {esc(why)}</li>" for lesson, student, why in ungraded]
-        parts.append("</ul>")
-    if not worst and not mistakes:
-        graded = sum(stats.students for stats in lessons)
-        parts.append("<p>Все проверенные работы прошли все проверки.</p>" if graded else
-                     "<p>Проверенных работ нет.</p>")
-
-    parts.append("<h2>Уроки</h2><table><tr><th>урок</th><th>проверено</th><th>не проверено</th>"
-                 "<th>не сдали</th><th>средний балл</th>"
-                 "<th>медиана</th><th>полный балл</th><th>не приступали</th></tr>")
+    overview = []
     for stats in lessons:
         scores = list(stats.totals.values()) or [0.0]
-        mean, median = statistics.mean(scores), statistics.median(scores)
         full = sum(score >= stats.max_score for score in scores)
-        parts.append(f"<tr><td>{esc(stats.lesson)}</td><td class='n'>{stats.students}</td>"
-                     f"<td class='n'>{len(stats.ungraded)}</td><td class='n'>{len(stats.not_submitted)}</td>"
-                     f"<td class='n'>{mean:.1f} из {format_points(stats.max_score)}</td>"
-                     f"<td class='n'>{median:g}</td><td class='n'>{_share(stats, full)}</td>"
-                     f"<td class='n'>{_share(stats, len(stats.blank))}</td></tr>")
-    parts.append("</table>")
-
-    for stats in lessons:
-        parts.append(f"<h2>{esc(stats.lesson)}</h2>")
-        if not stats.students:
-            parts.append("<p class='muted'>Нет проверенных работ.</p>")
-            continue
-        parts.append(lesson_figure(stats))
-        parts.append("<table><tr><th>проверка</th><th>баллы</th><th>не прошли (из приступивших)</th></tr>")
-        for check in sorted(stats.checks, key=lambda c: -stats.failed_share(c)):
-            parts.append(f"<tr><td>{esc(check.title)} <span class='muted'>{esc(check.cell)}</span></td>"
-                         f"<td class='n'>{format_points(check.points)}</td>"
-                         f"<td class='n'>{100 * stats.failed_share(check):.0f} %</td></tr>")
-        parts.append("</table>")
-        if stats.mistakes:
-            parts.append("<table><tr><th>известная ошибка</th><th>в проверках</th><th>студентов</th></tr>")
-            parts += [f"<tr><td>{esc(m.mistake)}</td><td>{esc('; '.join(m.checks))}</td>"
-                      f"<td class='n'>{_share(stats, len(m.students))}</td></tr>" for m in stats.mistakes]
-            parts.append("</table>")
-        else:
-            parts.append("<p class='muted'>Известных ошибок в сообщениях нет.</p>")
-        if stats.unread:
-            parts.append(f"<p class='muted'>У {stats.unread} работ нет ноутбука в autograded/: "
-                         "их ошибки не прочитаны (баллы учтены).</p>")
-    parts += student_table(lessons)
-    parts.append("</body></html>")
-    return "\n".join(parts)
+        overview.append({"lesson": stats.lesson, "graded": stats.students, "ungraded": len(stats.ungraded),
+                         "not_submitted": len(stats.not_submitted),
+                         "mean": f"{statistics.mean(scores):.1f} из {format_points(stats.max_score)}",
+                         "median": f"{statistics.median(scores):g}", "full": _share(stats, full),
+                         "blank": _share(stats, len(stats.blank))})
+    return {
+        "course_name": course_name,
+        "now": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "worst": [{"title": c.title, "percent": f"{100 * share:.0f}", "lesson": s.lesson} for share, s, c in worst],
+        "mistakes": [{"mistake": m.mistake, "share": _share(by_lesson[m.lesson], len(m.students)),
+                      "lesson": m.lesson} for m in mistakes[:5]],
+        "ungraded": [{"lesson": stats.lesson, "student": student, "why": why}
+                     for stats in lessons for student, why in stats.ungraded],
+        "graded": sum(stats.students for stats in lessons),
+        "overview": overview,
+        "lessons": [{
+            "name": stats.lesson, "students": stats.students, "unread": stats.unread,
+            "figure": lesson_figure(stats) if stats.students else "",
+            "checks": [{"title": c.title, "cell": c.cell, "points": format_points(c.points),
+                        "percent": f"{100 * stats.failed_share(c):.0f}"}
+                       for c in sorted(stats.checks, key=lambda c: -stats.failed_share(c))],
+            "mistakes": [{"mistake": m.mistake, "checks": "; ".join(m.checks),
+                          "share": _share(stats, len(m.students))} for m in stats.mistakes],
+        } for stats in lessons],
+        "students": student_rows(lessons),
+    }
 
 
-def student_table(lessons: list[LessonStats]) -> list[str]:
+def render(lessons: list[LessonStats], course_name: str = "") -> str:
+    """The HTML page (figures embedded as PNG), through the Jinja2 template."""
+    import jinja2
+
+    environment = jinja2.Environment(loader=jinja2.PackageLoader("autograder", "templates"),
+                                     autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                                     undefined=jinja2.StrictUndefined)
+    return environment.get_template("class_report.html.j2").render(context(lessons, course_name))
+
+
+def student_rows(lessons: list[LessonStats]) -> list[dict]:
     """One row per student: the score of each lesson, or why there is none."""
-    esc = html.escape
     cells: dict[str, dict[str, str]] = collections.defaultdict(dict)
     for stats in lessons:
         for student, total in stats.totals.items():
@@ -343,15 +296,8 @@ def student_table(lessons: list[LessonStats]) -> list[str]:
             cells[student][stats.lesson] = f"не проверена: {why}"
         for student in stats.not_submitted:
             cells[student][stats.lesson] = "не сдана"
-    if not cells:
-        return []
-    rows = ["<h2>Студенты</h2><table><tr><th>студент</th>"
-            + "".join(f"<th>{esc(s.lesson)}</th>" for s in lessons) + "</tr>"]
-    for student in sorted(cells):
-        rows.append(f"<tr><td>{esc(student)}</td>"
-                    + "".join(f"<td>{esc(cells[student].get(s.lesson, '—'))}</td>" for s in lessons) + "</tr>")
-    rows.append("</table>")
-    return rows
+    return [{"name": student, "cells": [cells[student].get(s.lesson, "—") for s in lessons]}
+            for student in sorted(cells)]
 
 
 def write_report(folder: Path | str, out: Path | str, lessons: Iterable[str] = (), *,

@@ -10,14 +10,14 @@ from autograder.mistakes import compare_or_name
 from autograder.nbgrader_ext import verdict_outputs
 
 
-def failing_cell(message: str):
+def failing_cell(message: str, mistake: str | None = None):
     cell = new_code_cell("grade('lesson02.x', f)")
-    cell.outputs = verdict_outputs([CheckResult("lesson02.x", "Заголовок", 1.0, False, message)])
+    cell.outputs = verdict_outputs([CheckResult("lesson02.x", "Заголовок", 1.0, False, message, mistake)])
     return cell
 
 
-def test_named_mistake_is_read_from_the_message_mistakes_writes():
-    """Is the mistake that compare_or_name names found in the failed cell's output?"""
+def test_named_mistake_travels_as_data_from_the_check_to_the_report():
+    """The mistake compare_or_name names reaches the report as the verdict's data, not by parsing text."""
     import numpy as np
 
     x = np.ones((2, 3), dtype=np.float32)
@@ -25,13 +25,16 @@ def test_named_mistake_is_read_from_the_message_mistakes_writes():
         compare_or_name(x * 2, x, inputs=(x,), variants={"умножили на 2 дважды": lambda v: v * 2},
                         case="T=2, D=3")
     except CheckFailed as failure:
-        message = str(failure)
-    assert report.named_mistakes(failing_cell(message)) == ["умножили на 2 дважды"]
+        message, mistake = str(failure), failure.mistake  # what the worker sends back (worker.main)
+    assert "умножили на 2 дважды" in message  # the student reads it too
+    assert report.named_mistakes(failing_cell(message, mistake)) == [("умножили на 2 дважды", "Заголовок")]
 
 
-def test_no_named_mistake_in_plain_failures_or_passes():
-    """A failure without a known mistake, a stdout mention, or a pass: nothing is counted."""
+def test_no_named_mistake_in_plain_failures_text_or_passes():
+    """A failure without a named mistake, a message that only looks like one, a stdout mention,
+    a pass: nothing is counted."""
     assert report.named_mistakes(failing_cell("результат не совпадает с эталоном")) == []
+    assert report.named_mistakes(failing_cell("Похоже на известную ошибку: «только текст».")) == []
     cell = new_code_cell("")
     cell.outputs = [new_output("stream", name="stdout",
                                text="Похоже на известную ошибку: «не в ошибке»."),
