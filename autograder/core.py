@@ -138,6 +138,13 @@ def all_checks(prefix: str = "") -> dict[str, Check]:
     return {k: v for k, v in sorted(_REGISTRY.items()) if k.startswith(prefix)}
 
 
+def lesson_checks(lesson: str) -> dict[str, Check]:
+    """The checks of a course lesson folder name: ``"07_cupy_rmsnorm"`` -> the ``lesson07.*`` checks."""
+    prefix = "lesson" + lesson.split("_", 1)[0]
+    importlib.import_module(lesson_module_name(prefix))
+    return {k: v for k, v in sorted(_REGISTRY.items()) if k.startswith(prefix + ".")}
+
+
 def format_points(points: float) -> str:
     return str(int(points)) if float(points).is_integer() else f"{points:g}"
 

@@ -235,12 +235,16 @@ def score_table(grades: list[CellGrade]) -> str:
 
 # --- grading many submissions (autograder/parallel.py) --------------------------------------
 
-#: Lessons whose checks need a CUDA GPU: graded on a GPU machine, merged into the class gradebook.
-GPU_LESSON_PREFIXES = ("06_", "07_", "08_")
-
-
 def is_gpu_lesson(lesson: str) -> bool:
-    return lesson.startswith(GPU_LESSON_PREFIXES)
+    """A lesson graded on a GPU machine (and merged into the class gradebook): one of its checks
+    needs a CUDA GPU (``Check.needs_gpu``).  A folder with no lesson module is not one."""
+    from .core import lesson_checks
+
+    try:
+        checks = lesson_checks(lesson)
+    except KeyError:
+        return False
+    return any(check.needs_gpu for check in checks.values())
 
 
 def write_submissions(course: Path, lesson: str, submissions: dict[str, nbformat.NotebookNode]) -> None:

@@ -138,7 +138,7 @@ def test_report_on_the_graded_class(graded, tmp_path):
 # --- pure parts ---------------------------------------------------------------------------
 
 def test_lessons_are_selected_by_name_and_by_gpu():
-    """Do --only-gpu and --skip-gpu split the lessons by their GPU prefixes (06_, 07_, 08_)?"""
+    """Do --only-gpu and --skip-gpu split the lessons by whether their checks need a GPU?"""
     known = ["02_fused_rmsnorm", "07_cupy_rmsnorm", "08_cupy_flash_attention"]
     assert parallel.select_lessons(known, only_gpu=True) == known[1:]
     assert parallel.select_lessons(known, skip_gpu=True) == known[:1]
