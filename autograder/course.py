@@ -19,6 +19,8 @@ from pathlib import Path
 
 import nbformat
 
+from . import cells
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = "solutions"
 RELEASE = "notebooks"
@@ -112,8 +114,7 @@ _SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M
 def reference_answers(lesson: str, root: Path = ROOT) -> dict[str, str]:
     """The source notebook's answer cells with the solution markers removed: grade_id -> code."""
     nb = nbformat.read(source_notebook(lesson, root), as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: _SOLUTION_MARKERS.sub("", c.source)
-            for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+    return {cells.grade_id(c): _SOLUTION_MARKERS.sub("", c.source) for c in nb.cells if cells.is_answer_cell(c)}
 
 
 def fill_answers(lesson: str, answers: dict[str, str], root: Path = ROOT) -> nbformat.NotebookNode:
@@ -121,7 +122,7 @@ def fill_answers(lesson: str, answers: dict[str, str], root: Path = ROOT) -> nbf
     nb = nbformat.read(student_notebook(lesson, root), as_version=4)
     known = set()
     for cell in nb.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        grade_id = cells.grade_id(cell)
         if grade_id in answers:
             cell.source = answers[grade_id]
             known.add(grade_id)
@@ -171,15 +172,13 @@ def read_grades(course: Path, lesson: str, students: list[str]) -> dict[str, lis
 def bonus_cells(lesson: str, root: Path = ROOT) -> dict[str, float]:
     """Test cells whose checks are all bonus checks -> the extra points they can earn."""
     from .core import get_check
-    from .nbgrader_ext import parse_grade_cell
 
     found = {}
     for cell in nbformat.read(source_notebook(lesson, root), as_version=4).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        calls = parse_grade_cell(cell.source) if meta.get("grade") and not meta.get("solution") else None
+        calls = cells.parse_grade_cell(cell.source) if cells.is_test_cell(cell) else None
         checks = {c.check_id: get_check(c.check_id) for c in calls or []}
         if checks and all(check.bonus for check in checks.values()):
-            found[meta["grade_id"]] = sum(check.points for check in checks.values())
+            found[cells.grade_id(cell)] = sum(check.points for check in checks.values())
     return found
 
 
@@ -193,7 +192,7 @@ def verdict_table(graded: nbformat.NotebookNode, grades: list[CellGrade]) -> str
     scores = {g.cell: g for g in grades}
     lines, total, top, extra = [], 0.0, 0.0, 0.0
     for cell in graded.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        grade_id = cells.grade_id(cell)
         if grade_id not in scores:
             continue
         g = scores.pop(grade_id)

@@ -18,11 +18,9 @@ skipped), the cell gets an error that says what happened, and grading carries on
 """
 from __future__ import annotations
 
-import ast
 import base64
 import contextlib
 import copy
-import dataclasses
 import glob
 import json
 import os
@@ -39,63 +37,10 @@ from traitlets import Float, Integer, List, Unicode
 
 from . import submission
 from . import verdicts as verdicts_module
+from .cells import HIDDEN_BEGIN, HIDDEN_END, grade_id, hidden_lines, is_test_cell, parse_grade_cell
 from .core import (FAIL_MARK, PASS_MARK, SKIP_MARK, CheckResult, get_check, is_bonus, shorten,
                    skipped_bonus, skipped_bonus_line)
 from .isolation import run_check
-
-
-@dataclasses.dataclass(frozen=True)
-class GradeCall:
-    """One ``grade(check_id, *names, cases=...)`` statement read from a test cell."""
-
-    check_id: str
-    names: tuple[str, ...]
-    cases: list | None
-    hidden: bool = False  # written between ### BEGIN/END HIDDEN TESTS (students never see it)
-
-
-HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
-
-
-def _hidden_lines(source: str) -> set[int]:
-    hidden, inside = set(), False
-    for number, line in enumerate(source.splitlines(), start=1):
-        if line.strip() == HIDDEN_BEGIN:
-            inside = True
-        elif line.strip() == HIDDEN_END:
-            inside = False
-        elif inside:
-            hidden.add(number)
-    return hidden
-
-
-def parse_grade_cell(source: str) -> list[GradeCall] | None:
-    """The grade calls of a test cell, or None when the cell holds anything else."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    hidden = _hidden_lines(source)
-    calls = []
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module == "autograder" \
-                and [a.name for a in node.names] == ["grade"]:
-            continue
-        if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
-            return None
-        call = node.value
-        if not (isinstance(call.func, ast.Name) and call.func.id == "grade" and call.args
-                and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
-                and all(isinstance(a, ast.Name) for a in call.args[1:])
-                and all(k.arg == "cases" for k in call.keywords)):
-            return None
-        try:
-            cases = ast.literal_eval(call.keywords[0].value) if call.keywords else None
-        except ValueError:
-            return None
-        calls.append(GradeCall(call.args[0].value, tuple(a.id for a in call.args[1:]), cases,
-                               node.lineno in hidden))
-    return calls or None
 
 
 EXPORT_CODE = """\
@@ -207,7 +152,7 @@ class FeedbackVerdicts(NbGraderPreprocessor):
             for output in cell.get("outputs", []):
                 if "execution_count" in output:
                     output["execution_count"] = None
-            if not _is_test_cell(cell):
+            if not is_test_cell(cell):
                 continue
             cell.source = _without_hidden(cell.source)
             verdicts = verdicts_module.of_cell(cell)
@@ -215,12 +160,12 @@ class FeedbackVerdicts(NbGraderPreprocessor):
                 cell.outputs = feedback_outputs(verdicts)
             else:  # no verdicts (an old notebook, a restored cell): show no outputs that may leak
                 cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"] \
-                    if not _hidden_lines(cell.source) else []
+                    if not hidden_lines(cell.source) else []
         return nb, resources
 
 
 def _without_hidden(source: str) -> str:
-    hidden = _hidden_lines(source)
+    hidden = hidden_lines(source)
     kept = [line for number, line in enumerate(source.splitlines(), start=1)
             if number not in hidden and line.strip() not in (HIDDEN_BEGIN, HIDDEN_END)]
     return "\n".join(kept).rstrip()
@@ -290,7 +235,7 @@ class IsolatedExecute(Execute):
         source = self.config.CourseDirectory.get("source_directory", "source")
         self._secret_dirs = (os.path.join(root, source),)
         self._write_protected = (root, *(os.path.abspath(d) for d in self.protected_dirs))
-        calls = [c for cell in nb.cells if _is_test_cell(cell) for c in parse_grade_cell(cell.source) or []]
+        calls = [c for cell in nb.cells if is_test_cell(cell) for c in parse_grade_cell(cell.source) or []]
         uncapped = any(get_check(c.check_id).memory_limit_gib is None for c in calls)
         self._kernel_memory = None if uncapped else self.kernel_memory_limit_gib
         return super().preprocess(nb, resources, km)
@@ -315,7 +260,7 @@ class IsolatedExecute(Execute):
         return await super()._async_handle_timeout(timeout, cell)
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
-        calls = parse_grade_cell(cell.source) if _is_test_cell(cell) else None
+        calls = parse_grade_cell(cell.source) if is_test_cell(cell) else None
         if calls is None:
             return await self._execute_or_recover(cell, cell_index, execution_count, store_history)
 
@@ -447,11 +392,6 @@ def _message_size(msg) -> int:
     return size
 
 
-def _is_test_cell(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
-
-
 def _read_export(path: str) -> dict:
     """JSON only: the file was written by the student's kernel and is not trusted."""
     try:
@@ -532,7 +472,7 @@ def incomplete_grading(db_url: str, lesson: str, student: str, graded_notebooks:
             nb = read_notebook(path)
         except Exception:
             return f"не читается {os.path.basename(path)}"
-        empty = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if _is_test_cell(c) and not c.get("outputs")]
+        empty = [grade_id(c) for c in nb.cells if is_test_cell(c) and not c.get("outputs")]
         if empty:
             return f"нет вывода в ячейках {', '.join(empty[:3])}"
     with Gradebook(db_url) as gradebook:
@@ -587,12 +527,12 @@ class SaveBonus(NbGraderPreprocessor):
         info = resources["nbgrader"]
         with Gradebook(info["db_url"]) as gradebook:
             for cell in nb.cells:
-                if not _is_test_cell(cell):
+                if not is_test_cell(cell):
                     continue
                 verdicts = verdicts_module.of_cell(cell)
                 if not any(v.get("bonus") for v in verdicts):
                     continue
-                grade = gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], info["notebook"],
+                grade = gradebook.find_grade(grade_id(cell), info["notebook"],
                                              info["assignment"], info["student"])
                 grade.extra_credit = bonus_points(verdicts)
             gradebook.db.commit()

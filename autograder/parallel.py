@@ -54,6 +54,7 @@ import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.converters import Autograde
 
+from . import cells
 from .nbgrader_ext import CourseAutograde
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import SaveAutoGrades
@@ -236,7 +237,7 @@ def first_difference(sanitised, graded) -> str | None:
     if len(sanitised.cells) != len(graded.cells):
         return f"в нём {len(graded.cells)} ячеек вместо {len(sanitised.cells)}"
     for index, (mine, theirs) in enumerate(zip(sanitised.cells, graded.cells)):
-        ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in (mine, theirs)]
+        ids = [cells.grade_id(c) for c in (mine, theirs)]
         if mine.cell_type != theirs.cell_type or mine.source != theirs.source or ids[0] != ids[1]:
             return f"отличается ячейка {index} ({ids[0] or mine.cell_type})"
     return None

@@ -23,8 +23,8 @@ from typing import Iterable
 
 import nbformat
 
+from . import cells, verdicts
 from . import status as status_module
-from . import verdicts
 from .core import format_points
 from .parallel import Course, load_course, quiet, require_gradebook, select_lessons
 
@@ -147,7 +147,7 @@ def collect(course: Course, lesson: str) -> LessonStats:
                 unread += 1
             for path in notebooks:
                 for cell in nbformat.read(path, as_version=4).cells:
-                    grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+                    grade_id = cells.grade_id(cell)
                     found = verdicts.of_cell(cell)
                     if grade_id not in points or not found:
                         continue

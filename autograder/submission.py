@@ -28,6 +28,8 @@ from pathlib import Path
 from nbformat.notebooknode import NotebookNode, from_dict
 from nbgrader import utils as nbgrader_utils
 
+from .cells import grade_id as cell_grade_id
+
 #: Restored cells start with this comment (Russian, for the student's feedback).
 RESTORED_NOTE = "# Эта ячейка была удалена из сданной работы; проверка восстановила её из задания.\n"
 
@@ -121,14 +123,6 @@ def _metadata(cell: SourceCell) -> dict:
     return meta
 
 
-def _grade_id(cell) -> str | None:
-    meta = cell.get("metadata", {}).get("nbgrader")
-    if not isinstance(meta, dict):
-        return None
-    value = meta.get("grade_id")
-    return value if isinstance(value, str) else None
-
-
 def _restored(cell: SourceCell) -> NotebookNode:
     metadata = {"nbgrader": _metadata(cell), "deletable": False}
     if cell.locked:
@@ -149,11 +143,11 @@ def repair(nb: NotebookNode, cells: list[SourceCell]) -> list[Anomaly]:
     last = {}
     for index, cell in enumerate(nb.cells):
         if "nbgrader" in cell.get("metadata", {}):
-            last[_grade_id(cell)] = index
+            last[cell_grade_id(cell)] = index
     for index, cell in enumerate(nb.cells):
         if "nbgrader" not in cell.get("metadata", {}):
             continue
-        grade_id = _grade_id(cell)
+        grade_id = cell_grade_id(cell)
         if grade_id not in known:
             del cell.metadata["nbgrader"]
             anomalies.append(Anomaly("unknown_grade_cell",
@@ -179,10 +173,10 @@ def repair(nb: NotebookNode, cells: list[SourceCell]) -> list[Anomaly]:
                 anomalies.append(Anomaly("edited_cell", f"у ячейки {grade_id} изменён тип "
                                                         "(восстановлен из задания)"))
                 nb.cells[index] = _restored(source)
-    present = {_grade_id(c) for c in nb.cells if "nbgrader" in c.get("metadata", {})}
+    present = {cell_grade_id(c) for c in nb.cells if "nbgrader" in c.get("metadata", {})}
     position = 0  # restored cells go after the last cell of the source order found before them
     for source in cells:
-        where = [i for i, c in enumerate(nb.cells) if _grade_id(c) == source.grade_id
+        where = [i for i, c in enumerate(nb.cells) if cell_grade_id(c) == source.grade_id
                  and "nbgrader" in c.metadata]
         if where:
             position = where[0] + 1

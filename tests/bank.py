@@ -15,7 +15,7 @@ import pkgutil
 import nbformat
 
 from autograder import course
-from autograder.nbgrader_ext import GradeCall, parse_grade_cell
+from autograder.cells import GradeCall, parse_grade_cell
 
 
 @dataclasses.dataclass(frozen=True)

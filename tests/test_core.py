@@ -4,7 +4,7 @@ import pytest
 
 from autograder import mistakes
 from autograder.core import CheckFailed, all_checks, compare, describe_case, require_array
-from autograder.nbgrader_ext import parse_grade_cell
+from autograder.cells import parse_grade_cell
 
 
 def test_compare_passes_within_tolerance_and_returns_the_error():

@@ -6,7 +6,7 @@ from nbclient import NotebookClient
 from autograder import course
 from autograder.cli import notebooks_with_outputs
 from autograder.core import get_check
-from autograder.nbgrader_ext import parse_grade_cell
+from autograder.cells import parse_grade_cell
 
 LESSONS = course.lessons()
 CPU_LESSONS = [lesson for lesson in LESSONS if not course.is_gpu_lesson(lesson)]

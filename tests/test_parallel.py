@@ -196,7 +196,7 @@ def test_workers_keep_student_code_out_of_the_class_course(tmp_path):
 
 def hidden_seeds(lesson: str) -> set[int]:
     """The seeds of every hidden case in the lesson's source (what feedback must never show)."""
-    from autograder.nbgrader_ext import parse_grade_cell
+    from autograder.cells import parse_grade_cell
 
     seeds = set()
     for cell in nbformat.read(course.source_notebook(lesson), as_version=4).cells:
