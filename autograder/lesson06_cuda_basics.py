@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import gpu
+from . import gpu, nvrtc
 from .core import CheckFailed, check, describe_case, require_unchanged
+from .sanitizer import sanitizer_check
 from .inputs import normal
 from .mistakes import compare_or_name
 
@@ -211,7 +212,7 @@ def _sanitizer(kernel: str, fn, cases, *, races: bool) -> str:
     for c in cases:
         RUN[kernel](fn, c)
         case = describe_case(**c)
-        done += gpu.sanitizer_check(fn, f"{__name__}:{name}", {p: c[p] for p in params}, case, races=races)
+        done += sanitizer_check(fn, f"{__name__}:{name}", {p: c[p] for p in params}, case, races=races)
     return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
 
 
@@ -220,7 +221,7 @@ def _sanitizer(kernel: str, fn, cases, *, races: bool) -> str:
 @check("lesson06.scale_add_compiles", points=1, title="Ядро scale_add компилируется (NVRTC, sm_75/80/90, без GPU)",
        memory_limit_gib=None)
 def scale_add_compiles(source):
-    return gpu.compile_check(source, ("scale_add",), what="SCALE_ADD_SRC")
+    return nvrtc.compile_check(source, ("scale_add",), what="SCALE_ADD_SRC")
 
 
 @gpu.gpu_check("lesson06.scale_add", points=2, title="GPU: scale_add совпадает с эталоном, любое n ≥ 1")
@@ -242,7 +243,7 @@ def scale_add_bounds(scale_add_gpu, cases=SANITIZER_CASES["scale_add"]):
 @check("lesson06.row_sums_compiles", points=1, title="Ядро row_sums компилируется (NVRTC, sm_75/80/90, без GPU)",
        memory_limit_gib=None)
 def row_sums_compiles(source):
-    return gpu.compile_check(source, ("row_sums",), what="ROW_SUMS_SRC")
+    return nvrtc.compile_check(source, ("row_sums",), what="ROW_SUMS_SRC")
 
 
 @gpu.gpu_check("lesson06.row_sums", points=2, title="GPU: row_sums совпадает с эталоном (D меньше и больше блока)")
@@ -264,7 +265,7 @@ def row_sums_sanitizer(row_sums_gpu, cases=SANITIZER_CASES["row_sums"]):
 @check("lesson06.matmul_compiles", points=1, title="Ядро matmul_tiled компилируется (NVRTC, sm_75/80/90, без GPU)",
        memory_limit_gib=None)
 def matmul_compiles(source):
-    return gpu.compile_check(source, ("matmul_tiled",), what="MATMUL_SRC")
+    return nvrtc.compile_check(source, ("matmul_tiled",), what="MATMUL_SRC")
 
 
 @gpu.gpu_check("lesson06.matmul", points=2, title="GPU: matmul_tiled совпадает с A @ B (формы не кратны тайлу)")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import gpu, reference
+from . import gpu, nvrtc, reference
 from .core import CheckFailed, check, describe_case
+from .sanitizer import sanitizer_check
 from .inputs import normal
 from .lesson02_fused_rmsnorm import MISTAKES  # the NumPy lesson's known mistakes, same formula
 from .mistakes import compare_or_name
@@ -50,7 +51,7 @@ def _run_case(fn, c: dict, *, hint: str = "") -> float:
 @check("lesson07.compiles", points=1, title="Ядро rms_norm компилируется (NVRTC, без GPU)",
        memory_limit_gib=None)  # NVRTC and its threads map more than the CPU checks' 4 GiB cap
 def compiles(source):
-    return gpu.compile_check(source, ("rms_norm",), what="RMSNORM_SRC")
+    return nvrtc.compile_check(source, ("rms_norm",), what="RMSNORM_SRC")
 
 
 @gpu.gpu_check("lesson07.equivalence", points=3, title="GPU: совпадение с эталоном float64")
@@ -123,7 +124,7 @@ def sanitizer(fused_rms_norm_gpu, cases=({"T": 3, "D": 1000, "seed": 8},)):
     done = []
     for c in cases:
         _run_case(fused_rms_norm_gpu, c)
-        done += gpu.sanitizer_check(fused_rms_norm_gpu, f"{__name__}:sanitizer_inputs", c, describe_case(**c),
+        done += sanitizer_check(fused_rms_norm_gpu, f"{__name__}:sanitizer_inputs", c, describe_case(**c),
                                     races=True)
     return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import gpu, reference
+from . import gpu, nvrtc, reference
 from .core import CheckFailed, check, describe_case
+from .sanitizer import sanitizer_check
 from .inputs import normal
 from .mistakes import compare_or_name
 
@@ -86,7 +87,7 @@ def _check_case(fn, c: dict, *, causal: bool, counter=None, hint: str = "", **to
 @check("lesson08.compiles", points=1, title="Ядра flash_attention_d64/d128 компилируются (NVRTC, без GPU)",
        memory_limit_gib=None)  # NVRTC and its threads map more than the CPU checks' 4 GiB cap
 def compiles(source):
-    return gpu.compile_check(source, ("flash_attention_d64", "flash_attention_d128"), what="FLASH_SRC")
+    return nvrtc.compile_check(source, ("flash_attention_d64", "flash_attention_d128"), what="FLASH_SRC")
 
 
 @gpu.gpu_check("lesson08.equivalence", points=3, title="GPU: совпадение с эталоном float64 (без маски)")
@@ -244,7 +245,7 @@ def sanitizer(flash_attention_gpu, cases=({"H": 1, "n": 100, "d": 64, "seed": 12
     done = []
     for c in cases:
         _check_case(flash_attention_gpu, c, causal=False)
-        done += gpu.sanitizer_check(flash_attention_gpu, f"{__name__}:sanitizer_inputs", c, describe_case(**c),
+        done += sanitizer_check(flash_attention_gpu, f"{__name__}:sanitizer_inputs", c, describe_case(**c),
                                     races=True)
     return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
 

@@ -4,7 +4,7 @@ import re
 import nbformat
 import pytest
 
-from autograder import course, gpu
+from autograder import course, gpu, nvrtc
 from autograder.core import all_checks
 from autograder.notebook import run
 
@@ -27,28 +27,28 @@ def reference_source(lesson: str) -> str:
 def test_reference_kernels_compile_without_a_gpu(lesson):
     """Do the reference kernels compile with NVRTC here, and does ptxas report their registers?"""
     name, kernels = GPU_LESSONS[lesson]
-    result = gpu.compile_source(reference_source(lesson))
+    result = nvrtc.compile_source(reference_source(lesson))
     assert result.ok, result.log
     for kernel in kernels:
         r = result.resources[kernel]
         assert 0 < r.registers <= 255, r
-    detail = gpu.compile_check(reference_source(lesson), kernels, what=name)
+    detail = nvrtc.compile_check(reference_source(lesson), kernels, what=name)
     assert "регистров" in detail
 
 
 def test_compile_error_names_line_column_and_hint():
     """Does a missing semicolon come back with its line, column, the code and a Russian hint?"""
     source = 'extern "C" __global__ void k(float* y)\n{\n    float a = 1.0f\n    y[0] = a;\n}\n'
-    result = gpu.compile_source(source)
+    result = nvrtc.compile_source(source)
     assert not result.ok
     assert (result.errors[0].line, result.errors[0].column) == (4, 5)
-    message = gpu.format_errors(result, source)
+    message = nvrtc.format_errors(result, source)
     assert "строка 4, столбец 5" in message and "y[0] = a;" in message and "точки с запятой" in message
 
 
 def test_lowercase_builtin_gets_its_hint():
     source = 'extern "C" __global__ void k(float* y)\n{\n    y[threadidx.x] = 1.0f;\n}\n'
-    message = gpu.format_errors(gpu.compile_source(source), source)
+    message = nvrtc.format_errors(nvrtc.compile_source(source), source)
     assert "строка 3, столбец 7" in message and "threadIdx" in message
 
 
@@ -56,13 +56,13 @@ def test_ptxas_error_without_line_is_reported():
     """Is too much static shared memory (a ptxas error, no line number) still explained?"""
     source = 'extern "C" __global__ void k(float* y)\n{\n    __shared__ float s[20000];\n' \
              '    s[threadIdx.x] = 1.0f; __syncthreads(); y[threadIdx.x] = s[threadIdx.x ^ 1];\n}\n'
-    result = gpu.compile_source(source)
+    result = nvrtc.compile_source(source)
     assert not result.ok
-    assert "extern __shared__" in gpu.format_errors(result, source)
+    assert "extern __shared__" in nvrtc.format_errors(result, source)
 
 
 def test_resources_are_parsed_from_the_ptxas_log():
-    result = gpu.compile_source(GOOD)
+    result = nvrtc.compile_source(GOOD)
     assert result.ok and result.resources["k"].registers > 0
 
 
@@ -140,8 +140,8 @@ def test_every_gpu_kernel_compiles_for_sm75_sm80_sm90():
     sources = _bank_sources()
     assert len(sources) >= 20
     for source, (entry, name, kernels) in sources.items():
-        for arch in gpu.ARCHS:
-            result = gpu.compile_source(source, arch=arch)
+        for arch in nvrtc.ARCHS:
+            result = nvrtc.compile_source(source, arch=arch)
             assert result.ok, f"{entry} ({name}) for {arch}:\n{result.log[:2000]}"
             assert set(kernels) <= set(result.resources), (entry, arch, sorted(result.resources))
 
@@ -164,11 +164,11 @@ def test_cp_async_without_guard_is_named_for_sm75():
     from autograder.core import CheckFailed
 
     with pytest.raises(CheckFailed) as failure:
-        gpu.compile_check(UNGUARDED_CP_ASYNC, ("k",), what="SRC")
+        nvrtc.compile_check(UNGUARDED_CP_ASYNC, ("k",), what="SRC")
     text = str(failure.value)
     assert "sm_75 (T4" in text and "хотя для sm_80, sm_90 компилируется" in text
     assert "cp.async" in text and "__CUDA_ARCH__ >= 800" in text
     guarded = UNGUARDED_CP_ASYNC.replace("    const unsigned", "#if __CUDA_ARCH__ >= 800\n    const unsigned").replace(
         '    asm volatile("cp.async.wait_all;\\n" ::);',
         '    asm volatile("cp.async.wait_all;\\n" ::);\n#else\n    tile[threadIdx.x] = reinterpret_cast<const float4*>(x)[threadIdx.x];\n#endif')
-    assert "компилируется для sm_75, sm_80, sm_90" in gpu.compile_check(guarded, ("k",), what="SRC")
+    assert "компилируется для sm_75, sm_80, sm_90" in nvrtc.compile_check(guarded, ("k",), what="SRC")
