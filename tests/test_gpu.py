@@ -5,7 +5,7 @@ import nbformat
 import pytest
 
 from autograder import course, gpu, nvrtc
-from autograder.core import all_checks
+from autograder.core import CheckFailed, all_checks
 from autograder.notebook import run
 
 HAS_GPU = gpu.gpu_status()[0]
@@ -172,3 +172,38 @@ def test_cp_async_without_guard_is_named_for_sm75():
         '    asm volatile("cp.async.wait_all;\\n" ::);',
         '    asm volatile("cp.async.wait_all;\\n" ::);\n#else\n    tile[threadIdx.x] = reinterpret_cast<const float4*>(x)[threadIdx.x];\n#endif')
     assert "компилируется для sm_75, sm_80, sm_90" in nvrtc.compile_check(guarded, ("k",), what="SRC")
+
+
+def test_sanitizer_runs_the_child_with_padding_for_memcheck_only(tmp_path, monkeypatch):
+    """Without a GPU: a stand-in compute-sanitizer records its command line and reports no errors.
+    memcheck gets --padding (a read past K that lands in V is an error), racecheck does not, and the
+    child's entry point imports under ``python -I`` as the real tool would start it."""
+    import subprocess
+    import sys
+
+    from autograder import sanitizer
+
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text("#!/bin/sh\n"
+                    f"echo \"$@\" >> {calls}\n"
+                    "while [ \"$1\" != --log-file ]; do shift; done\n"
+                    "echo '========= ERROR SUMMARY: 0 errors' > \"$2\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sanitizer, "_SANITIZER", str(fake))
+    assert sanitizer.sanitizer_check(len, "autograder.lesson07_cupy_rmsnorm:sanitizer_inputs",
+                                     {"T": 1, "D": 1, "seed": 0}, "T=1", races=True) == \
+        ["memcheck: 0 ошибок", "racecheck: 0 гонок"]
+    memcheck, racecheck = calls.read_text().splitlines()
+    assert f"--tool memcheck --padding {sanitizer.SANITIZER_PADDING_BYTES}" in memcheck
+    assert "--tool racecheck" in racecheck and "--padding" not in racecheck
+    entry = memcheck.split(" -c ", 1)[1]
+    assert subprocess.run([sys.executable, "-I", "-c", entry.replace("_sanitize_child()", "")]).returncode == 0
+
+
+def test_missing_sanitizer_fails_the_check_and_says_how_it_scores(monkeypatch):
+    from autograder import sanitizer
+
+    monkeypatch.setattr(sanitizer, "_SANITIZER", None)
+    with pytest.raises(CheckFailed, match="не найден compute-sanitizer.*0 баллов"):
+        sanitizer.sanitizer_check(len, "x:y", {}, "T=1", races=False)
