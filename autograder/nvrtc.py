@@ -225,6 +225,39 @@ def format_resources(resources: dict[str, Resources]) -> str:
     return "\n".join(lines)
 
 
+_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.DOTALL)
+_BRANCH_HEAD = re.compile(r"(\bif\s*\(.*\)|\belse)\s*$", re.DOTALL)
+
+
+def barriers_in_branches(source: str) -> list[int]:
+    """Lines of ``__syncthreads()`` calls inside an ``if`` / ``else`` (a block or a single statement).
+
+    NVRTC compiles them silently, but a barrier that only some threads of a block reach hangs the
+    block or lets the others run on: the result is wrong or the kernel never ends.  A heuristic
+    over the text (comments, strings and preprocessor lines ignored), for a warning, not a verdict.
+    """
+    def blank(match):
+        return re.sub(r"[^\n]", " ", match.group(0))
+
+    text = _COMMENT_OR_STRING.sub(blank, source)
+    text = re.sub(r"^[ \t]*#[^\n]*", blank, text, flags=re.MULTILINE)
+    found, stack, start = [], [], 0  # stack: is each open block the body of an if / else?
+    for match in re.finditer(r"[{};]|__syncthreads\s*\(\s*\)", text):
+        head = text[start:match.start()]
+        if match.group(0) == "{":
+            stack.append(bool(_BRANCH_HEAD.search(head)))
+            start = match.end()
+        elif match.group(0) == "}":
+            if stack:
+                stack.pop()
+            start = match.end()
+        elif match.group(0) == ";":
+            start = match.end()
+        elif any(stack) or re.search(r"(\bif\s*\(.*\)|\belse)\s*$", head, re.DOTALL):
+            found.append(text.count("\n", 0, match.start()) + 1)
+    return found
+
+
 def compile_check(source, kernels: tuple[str, ...], *, what: str, archs: tuple[str, ...] = ARCHS) -> str:
     """The body of a lesson's "compiles" check: every arch in ``archs``; CheckFailed or the resources."""
     if not isinstance(source, str):
@@ -251,7 +284,9 @@ def compile_check(source, kernels: tuple[str, ...], *, what: str, archs: tuple[s
         raise CheckFailed(f"В {what} нет ядра `extern \"C\" __global__ void {missing[0]}(...)` "
                           f"(не найдено: {names}). Без extern \"C\" имя искажается компилятором C++ "
                           "(name mangling), и cupy.RawKernel не найдёт ядро по имени.")
-    reports = []
+    reports = [f"ВНИМАНИЕ, строка {line}: __syncthreads() внутри if/else. Если условие разное у потоков "
+               "блока, до барьера доходят не все — блок зависает или читает недописанные данные. Вынесите "
+               "барьер из if (пусть все потоки блока проходят его одинаково)." for line in barriers_in_branches(source)]
     for arch in dict.fromkeys((archs[0], archs[-1])):
         own = {k: v for k, v in results[arch].resources.items() if k in kernels}
         reports.append(f"{arch}: " + (format_resources(own) if own else "расход регистров компилятор не сообщил"))

@@ -207,3 +207,36 @@ def test_missing_sanitizer_fails_the_check_and_says_how_it_scores(monkeypatch):
     monkeypatch.setattr(sanitizer, "_SANITIZER", None)
     with pytest.raises(CheckFailed, match="не найден compute-sanitizer.*0 баллов"):
         sanitizer.sanitizer_check(len, "x:y", {}, "T=1", races=False)
+
+
+BARRIERS = '''
+// if (x) { __syncthreads(); }   <- a comment, not code
+extern "C" __global__ void k(float* p) {
+  __shared__ float s[32];
+  if (threadIdx.x < 16) {
+      s[threadIdx.x] = 1;
+      __syncthreads();
+  }
+  for (int i = 0; i < 4; ++i) { s[0] += 1; __syncthreads(); }
+  if (threadIdx.x == 0) __syncthreads();
+  else { p[0] = s[1]; }
+  if (threadIdx.x == 0) p[1] = 2;
+  __syncthreads();
+  if (threadIdx.x == 0) { p[2] = 3; } else { if (p[0] > 0) { __syncthreads(); } }
+}
+'''
+
+
+def test_a_barrier_inside_if_is_named_by_the_compile_check():
+    """NVRTC compiles __syncthreads() inside if silently; the compile check passes but warns with the line
+    (a barrier in a loop or after an if is fine)."""
+    assert nvrtc.barriers_in_branches(BARRIERS) == [7, 10, 14]
+    message = nvrtc.compile_check(BARRIERS, ("k",), what="SRC")
+    assert message.count("__syncthreads() внутри if/else") == 3 and "строка 7:" in message
+
+
+@pytest.mark.parametrize("lesson", ["06_cuda_basics", "07_cupy_rmsnorm", "08_cupy_flash_attention"])
+def test_reference_kernels_keep_barriers_out_of_branches(lesson):
+    nb = nbformat.read(course.source_notebook(lesson), as_version=4)
+    kernels = [c.source for c in nb.cells if c.cell_type == "code" and "__global__" in c.source]
+    assert kernels and all(nvrtc.barriers_in_branches(source) == [] for source in kernels)
