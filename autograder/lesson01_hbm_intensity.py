@@ -15,6 +15,7 @@ import numpy.ma  # noqa: F401  imported by matplotlib when the student's plot fu
 import numpy.typing  # noqa: F401  first, so that their import-time introspection of numpy is the grader's
 
 from .core import CheckFailed, call_student, check, describe_case
+from .mistakes import failure, first_match
 
 #: name -> (dense bf16 tensor-core peak, FLOP/s; HBM bandwidth, bytes/s), NVIDIA datasheets.
 GPUS = {
@@ -113,15 +114,9 @@ def expect_number(got, expected, *, call: str, case: str = "", exact: bool = Fal
     where = f" ({case})" if case else ""
     if not _is_number(got):
         raise CheckFailed(f"{call} должна вернуть число, а вернула {type(got).__name__}: {_fmt(got)}{where}.")
-    message = f"{call}: получено {_fmt(got)}, ожидалось {_fmt(expected)}{where}."
-    for description, wrong in (mistakes or {}).items():
-        if _close(got, wrong, exact=False):
-            message += f"\nПохоже на известную ошибку: «{description}»."
-            break
-    else:
-        if hint:
-            message += f"\nПодсказка: {hint}"
-    raise CheckFailed(message)
+    mistake = first_match(got, mistakes or {}, lambda g, wrong: _close(g, wrong, exact=False))
+    raise failure(f"{call}: получено {_fmt(got)}, ожидалось {_fmt(expected)}{where}.", mistake,
+                  otherwise=f"Подсказка: {hint}" if hint else "")
 
 
 def _pair(got, call: str, case: str) -> tuple:
@@ -424,7 +419,11 @@ def _has_linestyle(line) -> bool:
     return line.get_linestyle() not in ("None", "none", "", " ")
 
 
-def _roof_diagnosis(lines, gpu, peak, bandwidth) -> str:
+ROOF_HINT = ("Постройте крышу одной ломаной: вершины (x_min, x_min·B), (ridge, P), (x_max, P), "
+             "где x_min и x_max охватывают все операторы.")
+
+
+def _roof_mistake(lines, gpu, peak, bandwidth) -> str | None:
     """Why no line is the roofline: the first known mistake that fits a drawn line."""
     known = [
         ("наклонная без крыши: y = I·B без min с пиком", lambda x: x * bandwidth),
@@ -436,9 +435,8 @@ def _roof_diagnosis(lines, gpu, peak, bandwidth) -> str:
         xy = _line_points(line)
         for description, curve in known:
             if len(xy) >= 2 and _on_curve(xy[:, 0], xy[:, 1], curve):
-                return f"Похоже на известную ошибку: «{description}»."
-    return ("Постройте крышу одной ломаной: вершины (x_min, x_min·B), (ridge, P), (x_max, P), "
-            "где x_min и x_max охватывают все операторы.")
+                return description
+    return None
 
 
 def _find_roofline(lines, peak, bandwidth, x_low, x_high):
@@ -498,9 +496,9 @@ def _grade_axes(axes, gpu, ops, case) -> str:
         if problems:
             raise CheckFailed(f"Крыша {gpu}: {problems[0]} ({case})")
         all_lines = [line for a in axes for line in a.lines]
-        raise CheckFailed(f"Не найдена линия крыши y = min(P, I·B) для {gpu} (P = {peak:.4g} FLOP/s, "
-                          f"B = {bandwidth:.4g} байт/с; {case}). Линий на графике: {len(all_lines)}.\n"
-                          + _roof_diagnosis(all_lines, gpu, peak, bandwidth))
+        raise failure(f"Не найдена линия крыши y = min(P, I·B) для {gpu} (P = {peak:.4g} FLOP/s, "
+                      f"B = {bandwidth:.4g} байт/с; {case}). Линий на графике: {len(all_lines)}.",
+                      _roof_mistake(all_lines, gpu, peak, bandwidth), otherwise=ROOF_HINT)
     if ax.get_xscale() != "log" or ax.get_yscale() != "log":
         raise CheckFailed(f"Оси {ax.get_xscale()}/{ax.get_yscale()}, а нужна лог-лог шкала ({case}). "
                           "Подсказка: ax.set_xscale('log'); ax.set_yscale('log').")
@@ -518,11 +516,10 @@ def _grade_axes(axes, gpu, ops, case) -> str:
                      "ось y в TFLOP/s: по контракту — FLOP/s": (intensity, expected[1] / 1e12)}
             named = next((d for d, xy in wrong.items() if len(points) and np.any(
                 np.all(np.abs(points - np.array(xy)) <= ROOF_REL * np.abs(np.array(xy)), axis=1))), None)
-            raise CheckFailed(
+            raise failure(
                 f"Нет точки оператора «{name}»: ожидалась точка (I, min(P, I·B)) = ({expected[0]:.6g}, "
-                f"{expected[1]:.6g}) ({case}); точек на графике, кроме крыши: {len(points)}.\n"
-                + (f"Похоже на известную ошибку: «{named}»." if named else
-                   "Подсказка: I = flops / bytes, y = attainable_flops(I, P, B); ax.scatter([I], [y], label=name)."))
+                f"{expected[1]:.6g}) ({case}); точек на графике, кроме крыши: {len(points)}.", named,
+                otherwise="Подсказка: I = flops / bytes, y = attainable_flops(I, P, B); ax.scatter([I], [y], label=name).")
         if not any(name in text for text in labels):
             raise CheckFailed(f"Точка «{name}» на месте, но не подписана ({case}). Передайте label=name "
                               "в scatter/plot (и вызовите legend) или подпишите её через ax.annotate(name, ...).")

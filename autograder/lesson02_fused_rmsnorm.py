@@ -12,7 +12,7 @@ from .core import (CheckFailed, call_student, check, compare, describe_case, req
                    require_unchanged)
 from .inputs import normal
 from .memory import MiB, measure_peak, peak_table
-from .mistakes import compare_or_name, identify
+from .mistakes import compare_or_name, failure, identify
 
 
 def _eps_outside_root(x, w, eps=1e-6):
@@ -125,9 +125,8 @@ def unit_rms(fused_rms_norm, cases=({"T": 64, "D": 1024, "seed": 5},)):
         worst = int(np.argmax(np.abs(rms - 1.0)))
         if not np.all(np.abs(rms - 1.0) < 1e-4):
             mistake = identify(got, MISTAKES, (x, w, 1e-6))
-            raise CheckFailed(f"RMS строки {worst} равен {rms[worst]:.6f}, ожидался 1 ± 1e-4 ({case})."
-                              + (f"\nПохоже на известную ошибку: «{mistake}»." if mistake else
-                                 "\nПодсказка: делите x на sqrt(mean(x²) + eps), среднее — по последней оси."))
+            raise failure(f"RMS строки {worst} равен {rms[worst]:.6f}, ожидался 1 ± 1e-4 ({case}).", mistake,
+                          otherwise="Подсказка: делите x на sqrt(mean(x²) + eps), среднее — по последней оси.")
     return f"наибольшее отклонение RMS от 1: {np.max(np.abs(rms - 1.0)):.1e}"
 
 

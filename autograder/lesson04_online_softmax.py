@@ -18,6 +18,7 @@ import numpy as np
 import numpy.random  # noqa: F401  loaded before student code runs: the guard refuses lazy imports after
 
 from .core import CheckFailed, call_student, check, describe_case
+from .mistakes import failure, first_match
 
 RTOL, ATOL = 1e-7, 1e-9
 
@@ -88,20 +89,21 @@ def _fmt(state) -> str:
     return f"m={m:.6g}, l={l:.6g}, acc={shown}"
 
 
-def _check_state(got, want, *, case: str, step: str, hint: str = "") -> None:
-    """Raise unless the student's state equals the invariant's state."""
+NAN_STATE_HINT = ("В состоянии NaN: скорее всего, exp(−inf − (−inf)) = exp(nan) на полностью замаскированном "
+                  "блоке — либо m ещё −inf (пока все увиденные скоры −inf, состояние должно оставаться "
+                  "(−inf, 0, 0)), либо сумма блока считается от его собственного максимума m_blk = −inf. "
+                  "Блок, в котором все скоры −inf, ничего не добавляет.")
+
+
+def _check_state(got, want, *, case: str, step: str, mistake: str | None = None, hint: str = "") -> None:
+    """Raise unless the student's state equals the invariant's state; name ``mistake`` or else give the hints."""
     bad = [name for name, g, w in zip(("m", "l", "acc"), got, want) if not _close(g, w)]
     if not bad:
         return
     nan = any(np.isnan(np.asarray(x, dtype=np.float64)).any() for x in got)
-    raise CheckFailed(
-        f"состояние {step} неверно ({case}): не совпадает {', '.join(bad)}.\n"
-        f"ожидалось: {_fmt(want)}\nполучено:  {_fmt(got)}"
-        + ("\nВ состоянии NaN: скорее всего, exp(−inf − (−inf)) = exp(nan) на полностью замаскированном "
-           "блоке — либо m ещё −inf (пока все увиденные скоры −inf, состояние должно оставаться "
-           "(−inf, 0, 0)), либо сумма блока считается от его собственного максимума m_blk = −inf. "
-           "Блок, в котором все скоры −inf, ничего не добавляет." if nan and not hint.startswith("Похоже") else "")
-        + (f"\n{hint}" if hint else ""))
+    hints = "\n".join(h for h in (NAN_STATE_HINT if nan else "", hint) if h)
+    raise failure(f"состояние {step} неверно ({case}): не совпадает {', '.join(bad)}.\n"
+                  f"ожидалось: {_fmt(want)}\nполучено:  {_fmt(got)}", mistake, otherwise=hints)
 
 
 # --- known mistakes of one update step, predicted from the state before it ------------------
@@ -132,13 +134,12 @@ def update_mistakes(before, s, v) -> dict[str, tuple]:
         }
 
 
-def _name_update_mistake(got, before, s, v) -> str:
+def _update_mistake(got, before, s, v) -> str | None:
+    """The known mistake of one update step that the student's state (m, l, acc) matches."""
     if not np.isfinite(s).any():  # a fully masked block: every variant predicts NaN, none is named
-        return ""
-    for description, wrong in update_mistakes(before, s, v).items():
-        if all(_close(g, w, nan_ok=True) for g, w in zip(got, wrong)):
-            return f"Похоже на известную ошибку: «{description}»."
-    return ""
+        return None
+    return first_match(got, update_mistakes(before, s, v),
+                       lambda g, wrong: all(_close(x, w, nan_ok=True) for x, w in zip(g, wrong)))
 
 
 # --- running the student's functions --------------------------------------------------------
@@ -182,11 +183,11 @@ def run_blocks(init, update, scores, values, bounds, *, case: str, check_each: b
         seen = np.concatenate([seen, np.arange(a, b)])
         if check_each:
             got = read_state(state, d, case=case, what="online_softmax_update")
-            hint = ""
+            mistake = None
             if all(_close(x, y) for x, y in zip(before, want_before)):
-                hint = _name_update_mistake(got, want_before, scores[a:b], values[a:b])
+                mistake = _update_mistake(got, want_before, scores[a:b], values[a:b])
             _check_state(got, expected_state(scores[seen], values[seen]), case=case,
-                         step=f"после блока {number} (элементы {a}..{b - 1})", hint=hint)
+                         step=f"после блока {number} (элементы {a}..{b - 1})", mistake=mistake)
     return state
 
 
@@ -265,9 +266,9 @@ def update_step(online_softmax_update, cases=({"seed": 0, "d": 4},)):
                                           what="online_softmax_update"),
                              d, case=case, what="online_softmax_update")
             want = expected_state(np.concatenate([seen, s]), np.concatenate([v_seen, v]))
-            _check_state(got, want, case=case, step="после шага", hint=_name_update_mistake(got, before, s, v)
-                         or "Шаг: m_new = max(m, max(s)); c = exp(m − m_new); l = l·c + Σ exp(s − m_new); "
-                            "acc = acc·c + exp(s − m_new) @ v.")
+            _check_state(got, want, case=case, step="после шага", mistake=_update_mistake(got, before, s, v),
+                         hint="Шаг: m_new = max(m, max(s)); c = exp(m − m_new); l = l·c + Σ exp(s − m_new); "
+                              "acc = acc·c + exp(s − m_new) @ v.")
             steps += 1
     return f"{steps} шагов совпали с определением состояния"
 

@@ -19,7 +19,7 @@ from .core import (CheckFailed, call_student, check, compare, describe_case, req
                    require_unchanged)
 from .inputs import normal
 from .memory import MiB, measure_peak, peak_table
-from .mistakes import identify
+from .mistakes import failure, identify
 from .tracing import expected_tiles, observe_tiles
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -174,7 +174,7 @@ def _compare_named(got, Q, K, V, c: dict, causal: bool, case: str, *, atol=None,
     expected = reference.attention(Q, K, V, causal=causal)
     try:
         return compare(got, expected, case=case, atol=atol, hint=hint)
-    except CheckFailed as failure:
+    except CheckFailed as mismatch:
         Br, Bc = c["Br"], c["Bc"]
         if _tail_only(got, expected, Q.shape[0], Br, 1e-4 if atol is None else atol):
             mistake = _SIMULATED["q_tail_dropped"]
@@ -182,9 +182,7 @@ def _compare_named(got, Q, K, V, c: dict, causal: bool, case: str, *, atol=None,
             mistake = identify(got, MISTAKES, (Q, K, V, Br, Bc, causal))
         if mistake is None:
             raise
-        named = CheckFailed(f"{failure}\nПохоже на известную ошибку: «{mistake}».")
-        named.mistake = mistake
-        raise named from None
+        raise failure(str(mismatch), mistake) from None
 
 
 # --- the checks, shared by both functions ---------------------------------------------------

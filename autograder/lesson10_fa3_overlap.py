@@ -24,10 +24,10 @@ import ml_dtypes
 import numpy as np
 
 from . import fa3sim, reference
-from .core import CheckFailed, call_student, check, compare, describe_case
+from .core import CheckFailed, call_student, check, describe_case
 from .fa3sim import Params, ScheduleError
 from .inputs import normal
-from .mistakes import compare_or_name
+from .mistakes import compare_or_name, failure, identify
 
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 E4M3_MAX = 448.0
@@ -78,15 +78,8 @@ def _call_text(name: str, **params) -> str:
     return f"{name}({describe_case(**params)})"
 
 
-def _name_mistake(got: float, variants: dict, args: tuple) -> str | None:
-    for description, variant in variants.items():
-        try:
-            wrong = float(variant(*args))
-        except Exception:
-            continue
-        if abs(got - wrong) <= 1e-9 * max(1.0, abs(wrong)):
-            return description
-    return None
+def _same_value(got: float, wrong) -> bool:
+    return abs(got - float(wrong)) <= 1e-9 * max(1.0, abs(float(wrong)))
 
 
 def _expect_value(got, expected: float, *, call: str, variants: dict, args: tuple, hint: str,
@@ -94,10 +87,8 @@ def _expect_value(got, expected: float, *, call: str, variants: dict, args: tupl
     value = _number(got, what=call.split("(")[0], case=call)
     if abs(value - expected) <= 1e-9 * max(1.0, abs(expected)):
         return
-    mistake = _name_mistake(value, variants, args)
-    raise CheckFailed(f"{call} = {value:g}, а {source} даёт {expected:g}."
-                      + (f"\nПохоже на известную ошибку: «{mistake}»." if mistake else "")
-                      + f"\nПодсказка: {hint}")
+    mistake = identify(value, variants, args, match=_same_value)
+    raise failure(f"{call} = {value:g}, а {source} даёт {expected:g}.", mistake, then=f"Подсказка: {hint}")
 
 
 def _simulated(p: dict) -> fa3sim.Trace:
@@ -201,13 +192,12 @@ def copy_bound(is_copy_bound, cases=({"seed": 3, "count": 30, "strict": True},))
             longer = Params(11, args[0], args[1], args[2], 2)
             step = (fa3sim.run_sequential(longer).makespan
                     - fa3sim.run_sequential(dataclasses.replace(longer, n_tiles=10)).makespan)
-            mistake = next((d for d, v in variants.items() if v(*args) == bool(got)), None)
-            raise CheckFailed(
+            mistake = identify(bool(got), variants, args, match=lambda g, wrong: wrong == g)
+            raise failure(
                 f"{call} = {bool(got)}, ожидалось {expected}: в симуляторе каждый следующий тайл добавляет "
-                f"{step:g} = max(t_load, c), c = 2·t_gemm + t_softmax = {2 * args[1] + args[2]:g}."
-                + (f"\nПохоже на известную ошибку: «{mistake}»." if mistake else "")
-                + "\nПодсказка: цикл упирается в копирование, когда загрузка тайла дольше всего, что "
-                  "warpgroup делает с ним: t_load > 2·t_gemm + t_softmax.")
+                f"{step:g} = max(t_load, c), c = 2·t_gemm + t_softmax = {2 * args[1] + args[2]:g}.", mistake,
+                then="Подсказка: цикл упирается в копирование, когда загрузка тайла дольше всего, что "
+                     "warpgroup делает с ним: t_load > 2·t_gemm + t_softmax.")
     return f"верно на {len(sets)} наборах"
 
 
@@ -596,10 +586,9 @@ def quantize_per_block(quantize_per_block, cases=(
                 why = "шкала = amax: значения x / scale не используют диапазон e4m3 до 448"
             else:
                 why = None
-            raise CheckFailed(
-                f"шкала блока {b} равна {scales[b]:.6g}, ожидалась amax / 448 = {expected[b]:.6g} ({case})."
-                + (f"\nПохоже на известную ошибку: «{why}»." if why else
-                   "\nПодсказка: блок — это строки [b·block, (b+1)·block); amax — максимум |x| по блоку."))
+            raise failure(
+                f"шкала блока {b} равна {scales[b]:.6g}, ожидалась amax / 448 = {expected[b]:.6g} ({case}).", why,
+                otherwise="Подсказка: блок — это строки [b·block, (b+1)·block); amax — максимум |x| по блоку.")
         rows_scale = np.repeat(scales, c["block"])[:x.shape[0], None]
         with np.errstate(all="ignore"):
             scaled = x.astype(np.float64) / rows_scale
@@ -668,9 +657,9 @@ def hadamard(random_hadamard, cases=({"d": 16, "seed": 0}, {"d": 128, "seed": 1}
                               f"а вернула {type(H).__name__} {getattr(H, 'shape', '')} {getattr(H, 'dtype', '')}.")
         H64 = H.astype(np.float64)
         if np.allclose(np.abs(H64), 1.0, atol=1e-6) and d > 1:
-            raise CheckFailed(f"элементы H равны ±1 ({case}): H Hᵀ = {d}·I, а не I.\n"
-                              "Похоже на известную ошибку: «матрица Адамара не нормирована: нет множителя 1/√d»; "
-                              f"тогда Q Kᵀ после поворота увеличится в {d} раз.")
+            raise failure(f"элементы H равны ±1 ({case}): H Hᵀ = {d}·I, а не I.",
+                          "матрица Адамара не нормирована: нет множителя 1/√d",
+                          then=f"Тогда Q Kᵀ после поворота увеличится в {d} раз.")
         if not np.allclose(np.abs(H64), 1 / np.sqrt(d), atol=1e-6):
             index = tuple(int(i) for i in np.argwhere(~np.isclose(np.abs(H64), 1 / np.sqrt(d), atol=1e-6))[0])
             raise CheckFailed(f"H[{index}] = {H64[index]:.6g}, а у нормированной матрицы Адамара все элементы "
@@ -733,9 +722,8 @@ def qk_unchanged(incoherent_qk, cases=({"n": 64, "d": 128, "seed": 0},)):
                 why = "повёрнута только K, Q осталась прежней"
             else:
                 why = "Q и K умножены на разные матрицы (нужна одна и та же H, из одного seed)"
-            raise CheckFailed(f"(Q H)(K H)ᵀ отличается от Q Kᵀ на {error:.3g} при допуске {tol:.2g} ({case}).\n"
-                              f"Похоже на известную ошибку: «{why}».\n"
-                              "Подсказка: (Q H)(K H)ᵀ = Q H Hᵀ Kᵀ = Q Kᵀ только при H Hᵀ = I.")
+            raise failure(f"(Q H)(K H)ᵀ отличается от Q Kᵀ на {error:.3g} при допуске {tol:.2g} ({case}).", why,
+                          then="Подсказка: (Q H)(K H)ᵀ = Q H Hᵀ Kᵀ = Q Kᵀ только при H Hᵀ = I.")
         ratio_q = np.abs(Qh).max() / np.abs(Q).max()
         ratio_k = np.abs(Kh).max() / np.abs(K).max()
         if max(ratio_q, ratio_k) > 0.5:

@@ -6,6 +6,7 @@ tests/test_hardening_*.py, and tests/test_autograde.py repeats bank verdicts thr
 `nbgrader autograde` (all of them with `make test-full`).
 """
 import contextlib
+import re
 
 import pytest
 
@@ -36,6 +37,9 @@ def failed_checks(lesson: str, submission: Submission) -> dict[str, str]:
             try:
                 check.function(*objects, **({"cases": call.cases} if call.cases is not None else {}))
             except CheckFailed as failure:
+                named = re.findall(r"Похоже на известную ошибку: «(.+?)»", str(failure))
+                # the report reads the mistake as data: the words and the data must agree
+                assert named == ([failure.mistake] if getattr(failure, "mistake", None) else []), str(failure)
                 failed.setdefault(call.check_id, str(failure))
     return failed
 
