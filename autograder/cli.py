@@ -66,7 +66,7 @@ def cmd_grade(args) -> int:
     submission = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
         print(f"Проверяю {path.name} всеми тестами урока {lesson} (с дополнительными скрытыми)…")
-        grades = course.autograde(lesson, {"me": submission}, Path(scratch))["me"]
+        grades = course.grade_notebooks(lesson, {"me": submission}, Path(scratch))["me"]
         graded = nbformat.read(Path(scratch) / "autograded" / "me" / lesson / f"{lesson}.ipynb", as_version=4)
     print(course.verdict_table(graded, grades))
     return 0

@@ -142,7 +142,7 @@ class CellGrade:
     bonus: bool = False
 
 
-def autograde(lesson: str, submissions: dict[str, nbformat.NotebookNode], folder: Path,
+def grade_notebooks(lesson: str, submissions: dict[str, nbformat.NotebookNode], folder: Path,
               root: Path = ROOT, extra_args: tuple[str, ...] = ()) -> dict[str, list[CellGrade]]:
     """Grade notebooks with the real ``nbgrader autograde`` in a scratch course in ``folder``.
 
@@ -232,7 +232,7 @@ def score_table(grades: list[CellGrade]) -> str:
     return "\n".join(lines)
 
 
-# --- grading many submissions (autograder/parallel.py) --------------------------------------
+# --- grading many submissions (autograder/course_folder.py, autograder/parallel.py) --------------------------------------
 
 def is_gpu_lesson(lesson: str) -> bool:
     """A lesson graded on a GPU machine (and merged into the class gradebook): one of its checks

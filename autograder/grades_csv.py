@@ -24,9 +24,9 @@ class CourseCsvExport(ExportPlugin):
     """CSV export that tells "not submitted", "not graded (why)" and "graded" apart."""
 
     def export(self, gradebook: Gradebook) -> None:
-        from .parallel import load_course
+        from .course_folder import load as load_course_folder
 
-        course = load_course(self.parent.coursedir.root)
+        course = load_course_folder(self.parent.coursedir.root)
         dest = self.to or "grades.csv"
         self.log.info("Exporting grades to %s", dest)
         with open(dest, "w", newline="", encoding="utf-8") as handle:

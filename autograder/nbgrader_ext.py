@@ -37,7 +37,7 @@ from traitlets import Float, Integer, List, Unicode
 
 from . import submission
 from . import verdicts as verdicts_module
-from .cells import HIDDEN_BEGIN, HIDDEN_END, grade_id, hidden_lines, is_test_cell, parse_grade_cell
+from .cells import HIDDEN_BEGIN, HIDDEN_END, GradeCall, grade_id, hidden_lines, is_test_cell, parse_grade_cell
 from .core import (FAIL_MARK, PASS_MARK, SKIP_MARK, CheckResult, get_check, is_bonus, shorten,
                    skipped_bonus, skipped_bonus_line)
 from .isolation import run_check

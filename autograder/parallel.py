@@ -45,8 +45,6 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
-import zlib
 from pathlib import Path
 from typing import Iterable
 
@@ -63,145 +61,13 @@ from nbgrader.utils import capture_log
 from traitlets import Unicode
 from traitlets.config import Config
 
-from . import course as course_module
 from . import status as status_module
+from .course_folder import (CourseFolder, Submission, find_submissions, pending, quiet, require_gradebook,
+                            select_lessons, shard)
+from .course_folder import load as load_course_folder
 from . import submission as submission_module
 
-DEFAULT_STRUCTURE = os.path.join("{nbgrader_step}", "{student_id}", "{assignment_id}")
 LOCK_NAME = ".course-autograde.lock"
-
-
-# --- the course on disk ---------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Submission:
-    lesson: str
-    student: str
-
-    def __str__(self) -> str:
-        return f"{self.student}/{self.lesson}"
-
-
-@dataclasses.dataclass
-class Course:
-    """An nbgrader course folder and its config (read as ``nbgrader`` reads it there)."""
-
-    root: Path
-    config: Config
-
-    def coursedir(self, **traits) -> CourseDirectory:
-        return CourseDirectory(config=copy.deepcopy(self.config), **traits)
-
-    def path(self, step: str, student: str, lesson: str) -> Path:
-        return Path(self.coursedir().format_path(step, student, lesson))
-
-    def submitted(self, sub: Submission) -> Path:
-        return self.path(self.coursedir().submitted_directory, sub.student, sub.lesson)
-
-    def autograded(self, sub: Submission) -> Path:
-        return self.path(self.coursedir().autograded_directory, sub.student, sub.lesson)
-
-    def source(self, lesson: str) -> Path:
-        return self.path(self.coursedir().source_directory, ".", lesson)
-
-    @property
-    def db_path(self) -> Path:
-        return Path(self.coursedir().db_url[len("sqlite:///"):])
-
-    def lessons(self) -> list[str]:
-        """Assignments known to the gradebook (``nbgrader generate_assignment`` was run)."""
-        if not self.db_path.exists():
-            return []
-        with quiet(), Gradebook(self.coursedir().db_url) as gradebook:
-            return sorted(a.name for a in gradebook.assignments)
-
-
-def load_course(folder: Path | str) -> Course:
-    """The course in ``folder`` with its nbgrader config; sqlite paths made absolute."""
-    from nbgrader.apps.nbgraderapp import NbGraderApp
-
-    folder = Path(folder).resolve()
-    if not (folder / "nbgrader_config.py").exists():
-        raise ValueError(f"В {folder} нет nbgrader_config.py: укажите папку курса (--course).")
-    app = NbGraderApp()
-    with _cwd(folder), quiet():
-        app.load_config_file()
-    config = copy.deepcopy(app.config)
-    if "AutogradeApp" in config:  # nbgrader's legacy name, merged as AutogradeApp does
-        config.Autograde.merge(config.AutogradeApp)
-    root = folder / config.CourseDirectory.get("root", ".")
-    config.CourseDirectory.root = str(root.resolve())
-    db_url = CourseDirectory(config=config).db_url
-    if not db_url.startswith("sqlite:///"):
-        raise ValueError(f"Параллельная автопроверка работает с sqlite-gradebook, а не с {db_url}.")
-    config.CourseDirectory.db_url = "sqlite:///" + str(root.resolve() / db_url[len("sqlite:///"):])
-    if CourseDirectory(config=config).directory_structure != DEFAULT_STRUCTURE:
-        raise ValueError("Нужна стандартная CourseDirectory.directory_structure nbgrader.")
-    return Course(root.resolve(), config)
-
-
-def require_gradebook(course: Course) -> None:
-    """Stop with the command that creates it when the course has no gradebook yet."""
-    if not course.db_path.exists():
-        found = len(list(course.path(course.coursedir().submitted_directory, ".", ".").glob("*/*/*.ipynb")))
-        raise ValueError(f"В {course.root} нет {course.db_path.name}"
-                         + (f" (а в submitted/ лежит работ: {found})" if found else "")
-                         + ": его создаёт `make release` (или `nbgrader generate_assignment УРОК` для каждого "
-                         "урока). Студентов добавлять не нужно: автопроверка добавит их сама.")
-
-
-def select_lessons(known: Iterable[str], named: Iterable[str] = (), *, only_gpu: bool = False,
-                   skip_gpu: bool = False) -> list[str]:
-    """The lessons to grade: ``named`` (or all ``known``), then only or without the GPU ones."""
-    known, named = sorted(known), list(named)
-    unknown = [lesson for lesson in named if lesson not in known]
-    if unknown:
-        raise ValueError(f"Нет в gradebook: {', '.join(unknown)} (сначала nbgrader generate_assignment); "
-                         f"есть: {', '.join(known) or 'ничего'}.")
-    chosen = named or known
-    if only_gpu:
-        chosen = [lesson for lesson in chosen if course_module.is_gpu_lesson(lesson)]
-    if skip_gpu:
-        chosen = [lesson for lesson in chosen if not course_module.is_gpu_lesson(lesson)]
-    return chosen
-
-
-def find_submissions(course: Course, lessons: Iterable[str], students: Iterable[str] = ()) -> list[Submission]:
-    """Every ``submitted/<student>/<lesson>/`` holding a notebook, sorted."""
-    wanted = set(students)
-    submitted = course.path(course.coursedir().submitted_directory, ".", ".")
-    found = []
-    for lesson in lessons:
-        for folder in submitted.glob(f"*/{lesson}"):
-            student = folder.parent.name
-            if any(folder.glob("*.ipynb")) and (not wanted or student in wanted):
-                found.append(Submission(lesson, student))
-    return sorted(found, key=lambda s: (s.lesson, s.student))
-
-
-def shard(submissions: list[Submission], index: int, count: int) -> list[Submission]:
-    """Shard ``index`` of ``count`` (1-based): the same split on every machine (crc32, not hash())."""
-    if not 1 <= index <= count:
-        raise ValueError(f"Шард {index}/{count}: номер должен быть от 1 до {count}.")
-    return [s for s in submissions if zlib.crc32(str(s).encode()) % count == index - 1]
-
-
-def pending(course: Course, submissions: list[Submission], force: bool = False) -> list[Submission]:
-    """Those to grade: not graded to the end (:func:`autograder.status.status`), submitted again
-    since they were graded (nbgrader's own rule), or all with ``force``."""
-    if force:
-        return list(submissions)
-    coursedir = course.coursedir()
-    todo = []
-    for sub in submissions:
-        if status_module.status(course, sub.lesson, sub.student).state is not status_module.State.GRADED:
-            todo.append(sub)
-            continue
-        new = coursedir.get_existing_timestamp(str(course.submitted(sub)))
-        old = coursedir.get_existing_timestamp(str(course.autograded(sub)))
-        if new is not None and old is not None and new > old:
-            todo.append(sub)
-    return todo
 
 
 def backup_sqlite(source: Path, target: Path) -> None:
@@ -243,7 +109,7 @@ def first_difference(sanitised, graded) -> str | None:
     return None
 
 
-def replay_config(course: Course, directory: Path) -> Config:
+def replay_config(course: CourseFolder, directory: Path) -> Config:
     """The course's config with the steps before SaveAutoGrades replaced by the replay."""
     config = copy.deepcopy(course.config)
     steps = list(config.Autograde.get("autograde_preprocessors")
@@ -289,7 +155,7 @@ def auto_scores(db_url: str, sub: Submission) -> dict[tuple[str, str], float]:
         return {(nb.name, g.name): g.auto_score for nb in submission.notebooks for g in nb.grades}
 
 
-def record(course: Course, sub: Submission, directory: Path,
+def record(course: CourseFolder, sub: Submission, directory: Path,
            expected: dict[tuple[str, str], float] | None = None) -> Outcome:
     """Record one submission autograded in ``directory`` into the class gradebook (one writer)."""
     done = run_autograde(replay_config(course, directory), sub)
@@ -317,7 +183,7 @@ def _last_error(done: dict) -> str:
 _WORKER: dict = {}
 
 
-def worker_config(course: Course, home: Path):
+def worker_config(course: CourseFolder, home: Path):
     """The class course's nbgrader config, pointed at a worker's scratch course in ``home``.
 
     Student code there may not write into the class course either: the kernel guard protects
@@ -346,14 +212,14 @@ def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus) -> No
     _use_nbgrader_env()
     if gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get())
-    course = load_course(class_root)
+    course = load_course_folder(class_root)
     home = Path(scratch) / f"worker-{os.getpid()}"
     _WORKER["home"] = home
     home.mkdir(parents=True)
     log = open(home / "nbgrader.log", "ab", buffering=0)
     os.dup2(log.fileno(), 1)  # nbgrader's log and the kernels' chatter, not the progress bar
     os.dup2(log.fileno(), 2)
-    mine = Course(home, worker_config(course, home))
+    mine = CourseFolder(home, worker_config(course, home))
     shutil.copy(Path(scratch) / "gradebook.snapshot.db", home / "gradebook.db")
     for lesson in lessons:
         shutil.copytree(course.source(lesson), mine.source(lesson), dirs_exist_ok=True)
@@ -488,7 +354,7 @@ def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int |
     """Autograde the chosen submissions of the course in ``folder`` with ``workers`` processes."""
     started = time.monotonic()
     _use_nbgrader_env()
-    course = load_course(folder)
+    course = load_course_folder(folder)
     require_gradebook(course)
     chosen = select_lessons(course.lessons(), lessons, only_gpu=only_gpu, skip_gpu=skip_gpu)
     submissions = find_submissions(course, chosen, students)
@@ -517,7 +383,7 @@ def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int |
     return summary
 
 
-def _grade_all(course: Course, todo: list[Submission], summary: Summary, state, gpus, progress) -> None:
+def _grade_all(course: CourseFolder, todo: list[Submission], summary: Summary, state, gpus, progress) -> None:
     """Grade ``todo`` with a pool of workers; record each result as it comes (one writer).
 
     At most one submission per worker is in flight, so when a worker dies (the OOM killer, a
@@ -649,7 +515,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _record_graded(course: Course, sub: Submission, folder: str, scores, error: str, log: str) -> Outcome:
+def _record_graded(course: CourseFolder, sub: Submission, folder: str, scores, error: str, log: str) -> Outcome:
     if scores is None:
         return Outcome(sub, None, error, log)
     outcome = record(course, sub, Path(folder), expected=scores)
@@ -662,7 +528,7 @@ def merge(folder: Path | str, autograded: Path | str, lessons: Iterable[str] = (
     """Record notebooks autograded on another machine (its ``autograded/`` folder) here."""
     started = time.monotonic()
     _use_nbgrader_env()
-    course = load_course(folder)
+    course = load_course_folder(folder)
     autograded = Path(autograded).resolve()
     chosen = select_lessons(course.lessons(), lessons, only_gpu=only_gpu, skip_gpu=skip_gpu)
     found = sorted((Submission(p.parent.name, p.parent.parent.name)
@@ -697,7 +563,7 @@ def merge(folder: Path | str, autograded: Path | str, lessons: Iterable[str] = (
 ERROR_LOGS = status_module.ERROR_LOGS
 
 
-def _keep_logs(course: Course, outcomes: list[Outcome]) -> None:
+def _keep_logs(course: CourseFolder, outcomes: list[Outcome]) -> None:
     """Why each failed submission failed, and nbgrader's log of it: autograde_errors/.  A
     submission recorded since loses its old log."""
     for outcome in outcomes:
@@ -724,7 +590,7 @@ def _use_nbgrader_env() -> None:
 
 
 @contextlib.contextmanager
-def _course_lock(course: Course):
+def _course_lock(course: CourseFolder):
     """One writer per course: a second run waits for nothing, it stops with a message."""
     with open(course.root / LOCK_NAME, "w") as handle:
         try:
@@ -736,24 +602,6 @@ def _course_lock(course: Course):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def _cwd(folder: Path):
-    previous = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(previous)
-
-
-@contextlib.contextmanager
-def quiet():
-    """nbgrader's sqlalchemy warnings are about nbgrader's own session use, not ours."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def _bar(total: int, description: str, enabled: bool):

@@ -26,7 +26,7 @@ import nbformat
 from . import cells, verdicts
 from . import status as status_module
 from .core import format_points
-from .parallel import Course, load_course, quiet, require_gradebook, select_lessons
+from .course_folder import CourseFolder, load, quiet, require_gradebook, select_lessons
 
 @dataclasses.dataclass(frozen=True)
 class CheckStats:
@@ -98,7 +98,7 @@ def is_check_cell(gradebook, grade) -> bool:
     return False
 
 
-def collect(course: Course, lesson: str) -> LessonStats:
+def collect(course: CourseFolder, lesson: str) -> LessonStats:
     """Scores, failed checks and named mistakes of one lesson."""
     from nbgrader.api import Gradebook
 
@@ -167,7 +167,7 @@ def collect(course: Course, lesson: str) -> LessonStats:
 
 def class_stats(folder: Path | str, lessons: Iterable[str] = (), *, only_gpu: bool = False,
                 skip_gpu: bool = False) -> list[LessonStats]:
-    course = load_course(folder)
+    course = load(folder)
     require_gradebook(course)
     chosen = select_lessons(course.lessons(), lessons, only_gpu=only_gpu, skip_gpu=skip_gpu)
     return [collect(course, lesson) for lesson in chosen]
@@ -304,6 +304,6 @@ def write_report(folder: Path | str, out: Path | str, lessons: Iterable[str] = (
                  only_gpu: bool = False, skip_gpu: bool = False) -> Path:
     stats = class_stats(folder, lessons, only_gpu=only_gpu, skip_gpu=skip_gpu)
     out = Path(out)
-    course = load_course(folder)
+    course = load(folder)
     out.write_text(render(stats, course.coursedir().course_id or course.root.name), encoding="utf-8")
     return out

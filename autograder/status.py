@@ -60,7 +60,7 @@ def recorded_error(course_root: Path, lesson: str, student: str) -> str:
 
 
 def status(course, lesson: str, student: str) -> Status:
-    """The state of one student's work on one lesson in a course (:class:`parallel.Course`)."""
+    """The state of one student's work on one lesson in a course (:class:`course_folder.CourseFolder`)."""
     submitted = course.path(course.coursedir().submitted_directory, student, lesson)
     if not submission_module.notebooks_in(submitted):
         return Status(State.NOT_SUBMITTED)
@@ -79,7 +79,7 @@ def anomalies(course, lesson: str, student: str) -> list[submission_module.Anoma
     """What the instructor should know of a submission: extra files, repaired structure, cut output."""
     from nbgrader.api import Gradebook
 
-    from .parallel import quiet
+    from .course_folder import quiet
 
     coursedir = course.coursedir()
     submitted = course.path(coursedir.submitted_directory, student, lesson)

@@ -61,7 +61,7 @@ def grade_once(lesson: str) -> dict:
         try:
             before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
             start = time.time()
-            grades = course.autograde(lesson, {"me": notebook}, Path(scratch) / "course")["me"]
+            grades = course.grade_notebooks(lesson, {"me": notebook}, Path(scratch) / "course")["me"]
             total = time.time() - start
             after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
             cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))

@@ -28,7 +28,7 @@ def test_autograde_scores_every_submission_as_the_bank_says(lesson, tmp_path):
     submissions = {s.name: course.fill_answers(lesson, {**reference, **s.answers}) for s in entries}
     submissions["untouched"] = nbformat.read(course.student_notebook(lesson), as_version=4)
 
-    grades = course.autograde(lesson, submissions, tmp_path)
+    grades = course.grade_notebooks(lesson, submissions, tmp_path)
 
     problems = []
     for entry in entries:

@@ -26,7 +26,7 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import course, parallel, report, status
+from autograder import course, course_folder, parallel, report, status
 from bank import banks
 
 LESSON = "02_fused_rmsnorm"
@@ -137,14 +137,14 @@ def make_class(folder: Path, students: dict) -> Path:
 
 def grades(folder: Path) -> dict[str, dict[str, float | None]]:
     """student -> {cell: auto_score} straight from the gradebook (NULL stays None)."""
-    with parallel.quiet(), Gradebook(f"sqlite:///{folder / 'gradebook.db'}") as gradebook:
+    with course_folder.quiet(), Gradebook(f"sqlite:///{folder / 'gradebook.db'}") as gradebook:
         return {sub.student.id: {g.name: g.auto_score for nb in sub.notebooks for g in nb.grades}
                 for sub in gradebook.find_assignment(LESSON).submissions}
 
 
 def forget_scores(folder: Path, students=None) -> None:
     """What a kill between nbgrader writing the notebook and the grades leaves: NULL scores."""
-    with parallel.quiet(), Gradebook(f"sqlite:///{folder / 'gradebook.db'}") as gradebook:
+    with course_folder.quiet(), Gradebook(f"sqlite:///{folder / 'gradebook.db'}") as gradebook:
         for sub in gradebook.find_assignment(LESSON).submissions:
             if students is None or sub.student.id in students:
                 for nb in sub.notebooks:
@@ -193,7 +193,7 @@ def test_each_tampered_submission_gets_what_its_case_says(clean, tamper):
     for student, (_, _, twin, _) in cases.items():
         if twin is None:
             assert student not in got or all(v is None for v in got[student].values()), student
-            state = status.status(parallel.load_course(folder), LESSON, student)
+            state = status.status(course_folder.load(folder), LESSON, student)
             assert state.state is status.State.UNGRADED and "не читается" in state.reason, state
             assert any(o.submission.student == student and not o.ok for o in summary.outcomes)
         else:
@@ -372,7 +372,7 @@ def test_grading_cut_between_notebook_and_grades_is_regraded_not_zero(clean, tmp
             c.outputs = []
     os.chmod(graded, 0o644)
     nbformat.write(nb, graded)
-    known = parallel.load_course(folder)
+    known = course_folder.load(folder)
     assert status.status(known, LESSON, "ref_a").state is status.State.UNGRADED
     assert status.status(known, LESSON, "naive").state is status.State.UNGRADED
     assert status.status(known, LESSON, "untouched").state is status.State.GRADED
@@ -393,7 +393,7 @@ def test_a_check_the_grader_could_not_run_leaves_the_submission_ungraded_not_zer
     monkeypatch.setenv("AUTOGRADER_INJECT_WORKER_FAULT", "lesson02.memory")
     summary = parallel.autograde(folder, workers=2, progress=False)
     assert len(summary.failed) == len(HONEST), summary.text()
-    loaded = parallel.load_course(folder)
+    loaded = course_folder.load(folder)
     for student in HONEST:
         state = status.status(loaded, LESSON, student)
         assert state.state is status.State.UNGRADED, (student, state)

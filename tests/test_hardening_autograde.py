@@ -221,7 +221,7 @@ def submission(answers=None, cells=None, **_) -> nbformat.NotebookNode:
 def graded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hardening")
     package_init = Path(guard.PACKAGE_DIR, "__init__.py").read_bytes()
-    grades = course.autograde(LESSON, {name: submission(**spec) for name, spec in CLASS.items()}, folder,
+    grades = course.grade_notebooks(LESSON, {name: submission(**spec) for name, spec in CLASS.items()}, folder,
                               extra_args=(f"--Execute.timeout={TIMEOUT_S}",
                                           f"--IsolatedExecute.check_timeout={TIMEOUT_S}"))
     assert Path(guard.PACKAGE_DIR, "__init__.py").read_bytes() == package_init
@@ -279,7 +279,7 @@ AGAIN = ("reference", "naive", "forges_the_verdict", "function_exits")
 def test_a_second_autograde_gives_the_same_scores_and_verdicts(graded, tmp_path):
     """Does grading some of the same submissions again give the same scores and the same words?"""
     grades, notebooks, _ = graded
-    again = course.autograde(LESSON, {name: submission(**CLASS[name]) for name in AGAIN}, tmp_path,
+    again = course.grade_notebooks(LESSON, {name: submission(**CLASS[name]) for name in AGAIN}, tmp_path,
                              extra_args=(f"--Execute.timeout={TIMEOUT_S}",
                                          f"--IsolatedExecute.check_timeout={TIMEOUT_S}"))
     for name in AGAIN:

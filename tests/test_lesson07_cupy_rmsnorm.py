@@ -12,7 +12,7 @@ def test_autograde_without_gpu_scores_the_compile_check_only(tmp_path):
     """Reference: compile points only, every run cell 0 saying "нужен GPU"; untouched and broken: 0."""
     reference = course.reference_answers(LESSON)
     broken = dict(reference, rmsnorm_source=reference["rmsnorm_source"].replace("return v;", "return v"))
-    grades = course.autograde(LESSON, {
+    grades = course.grade_notebooks(LESSON, {
         "reference": course.fill_answers(LESSON, reference),
         "broken": course.fill_answers(LESSON, broken),
         "untouched": nbformat.read(course.student_notebook(LESSON), as_version=4)}, tmp_path)

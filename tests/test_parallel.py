@@ -11,7 +11,7 @@ import zlib
 import nbformat
 import pytest
 
-from autograder import cli, course, parallel, report
+from autograder import cli, course, course_folder, parallel, report
 from bank import banks
 
 LESSON = "02_fused_rmsnorm"
@@ -49,7 +49,7 @@ def verdict(folder, student, cell) -> str:
 def graded(tmp_path_factory):
     notebooks = submissions()
     base = tmp_path_factory.mktemp("parallel")
-    serial = course.autograde(LESSON, notebooks, base / "serial")
+    serial = course.grade_notebooks(LESSON, notebooks, base / "serial")
     folder = class_course(base / "class", notebooks)
     summary = parallel.autograde(folder, workers=2, progress=False)
     return {"serial": serial, "folder": folder, "summary": summary, "base": base,
@@ -140,30 +140,30 @@ def test_report_on_the_graded_class(graded, tmp_path):
 def test_lessons_are_selected_by_name_and_by_gpu():
     """Do --only-gpu and --skip-gpu split the lessons by whether their checks need a GPU?"""
     known = ["02_fused_rmsnorm", "07_cupy_rmsnorm", "08_cupy_flash_attention"]
-    assert parallel.select_lessons(known, only_gpu=True) == known[1:]
-    assert parallel.select_lessons(known, skip_gpu=True) == known[:1]
-    assert parallel.select_lessons(known, ["08_cupy_flash_attention", "02_fused_rmsnorm"],
+    assert course_folder.select_lessons(known, only_gpu=True) == known[1:]
+    assert course_folder.select_lessons(known, skip_gpu=True) == known[:1]
+    assert course_folder.select_lessons(known, ["08_cupy_flash_attention", "02_fused_rmsnorm"],
                                    only_gpu=True) == ["08_cupy_flash_attention"]
     with pytest.raises(ValueError, match="generate_assignment"):
-        parallel.select_lessons(known, ["05_flash_attention"])
+        course_folder.select_lessons(known, ["05_flash_attention"])
 
 
 def test_shards_cover_every_submission_once_on_every_machine():
     """Are the shards disjoint, complete and independent of Python's hash seed?"""
-    subs = [parallel.Submission(f"0{k}_x", f"s{i}") for k in range(1, 4) for i in range(40)]
-    parts = [parallel.shard(subs, k, 3) for k in (1, 2, 3)]
+    subs = [course_folder.Submission(f"0{k}_x", f"s{i}") for k in range(1, 4) for i in range(40)]
+    parts = [course_folder.shard(subs, k, 3) for k in (1, 2, 3)]
     assert sorted(sum(parts, []), key=str) == sorted(subs, key=str)
     assert all(parts) and sum(map(len, parts)) == len(subs)
     assert parts[0] == [s for s in subs if zlib.crc32(str(s).encode()) % 3 == 0]
     with pytest.raises(ValueError):
-        parallel.shard(subs, 0, 3)
+        course_folder.shard(subs, 0, 3)
 
 
 def test_replay_keeps_what_nbgrader_does_after_execution(graded):
     """Is everything from SaveAutoGrades on kept, and only the execution steps replaced?"""
     from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
 
-    config = parallel.replay_config(parallel.load_course(graded["folder"]), graded["base"])
+    config = parallel.replay_config(course_folder.load(graded["folder"]), graded["base"])
     steps = config.Autograde.autograde_preprocessors
     assert steps[0] is parallel.ReplayAutograded
     assert steps[1] is SaveAutoGrades and AssignLatePenalties in steps
@@ -173,7 +173,7 @@ def test_replay_keeps_what_nbgrader_does_after_execution(graded):
 def test_a_second_writer_is_stopped(tmp_path):
     """While one run holds the course, does another stop at once instead of writing too?"""
     (tmp_path / "nbgrader_config.py").write_text("c = get_config()\n")
-    held = parallel.load_course(tmp_path)
+    held = course_folder.load(tmp_path)
     with parallel._course_lock(held):
         with pytest.raises(RuntimeError, match="уже идёт"):
             with parallel._course_lock(held):
@@ -185,7 +185,7 @@ def test_workers_keep_student_code_out_of_the_class_course(tmp_path):
     (tmp_path / "class").mkdir()
     (tmp_path / "class" / "nbgrader_config.py").write_text(
         "c = get_config()\nc.IsolatedExecute.protected_dirs = ['/srv/shared-data']\n")
-    class_course = parallel.load_course(tmp_path / "class")
+    class_course = course_folder.load(tmp_path / "class")
     config = parallel.worker_config(class_course, tmp_path / "worker-1")
     assert config.IsolatedExecute.protected_dirs == ["/srv/shared-data", str((tmp_path / "class").resolve())]
     assert config.CourseDirectory.root == str(tmp_path / "worker-1")
