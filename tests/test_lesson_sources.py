@@ -33,7 +33,9 @@ def test_every_lesson_has_a_text_source_and_nothing_else_is_in_lessons():
 def test_text_source_round_trips_and_builds_the_committed_solutions_notebook(lesson):
     text = course.text_source(lesson).read_text(encoding="utf-8")
     nb = authoring.notebook_from_text(text, name=lesson)
-    assert authoring.text_from_notebook(nb) == text
+    assert authoring.text_from_notebook(nb) == text, \
+        f"lessons/{lesson}.py is not in the form the build writes back: `make release`, then " \
+        f"`course lesson-text {lesson} --force` rewrites it"
     committed = nbformat.read(course.source_notebook(lesson), as_version=4)
     assert nb.metadata == committed.metadata
     assert len(nb.cells) == len(committed.cells)
