@@ -129,14 +129,14 @@ def stale_release(root: Path = ROOT) -> list[str]:
         shutil.copytree(root / TEXT_SOURCES, course / TEXT_SOURCES)
         release(course)
         for lesson in sources:
-            redo = f"edit {TEXT_SOURCES}/{lesson}.py, not the notebook, then run `make release`"
+            redo = f"run `make release` (a lesson is edited in {TEXT_SOURCES}/{lesson}.py, never in its notebooks)"
             for fresh, committed in ((source_notebook(lesson, course), source_notebook(lesson, root)),
                                      (student_notebook(lesson, course), student_notebook(lesson, root))):
                 name = committed.relative_to(root)
                 if not committed.exists():
                     problems.append(f"{lesson}: {name} is missing: run `make release`")
                 elif not filecmp.cmp(fresh, committed, shallow=False):
-                    problems.append(f"{lesson}: {name} differs from {TEXT_SOURCES}/{lesson}.py: {redo}")
+                    problems.append(f"{lesson}: {name} is not what {TEXT_SOURCES}/{lesson}.py builds: {redo}")
             built = {p.name for p in (course / RELEASE / lesson).iterdir()}
             committed_files = {p.name for p in (root / RELEASE / lesson).glob("*") if not p.name.startswith(".")}
             problems += [f"{lesson}: {RELEASE}/{lesson}/{name} is not built by `make release`"

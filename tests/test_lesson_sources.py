@@ -87,8 +87,8 @@ def test_check_release_fails_on_a_hand_edited_solutions_notebook(small_course):
     nb.cells[0].source += "\nПравка прямо в ноутбуке."
     nbformat.write(nb, path)
     assert course.stale_release(small_course) == [
-        f"{SMALL}: solutions/{SMALL}/{SMALL}.ipynb differs from lessons/{SMALL}.py: "
-        f"edit lessons/{SMALL}.py, not the notebook, then run `make release`"]
+        f"{SMALL}: solutions/{SMALL}/{SMALL}.ipynb is not what lessons/{SMALL}.py builds: "
+        f"run `make release` (a lesson is edited in lessons/{SMALL}.py, never in its notebooks)"]
 
 
 def test_check_release_fails_on_an_edited_text_source_until_it_is_released(small_course):
@@ -96,8 +96,9 @@ def test_check_release_fails_on_an_edited_text_source_until_it_is_released(small
     source.write_text(source.read_text(encoding="utf-8").replace("# В этом уроке вы:", "# В этом уроке мы:", 1),
                       encoding="utf-8")
     problems = course.stale_release(small_course)
-    assert [p.split(":")[:2] for p in problems] == [[SMALL, f" solutions/{SMALL}/{SMALL}.ipynb differs from lessons/{SMALL}.py"],
-                                                   [SMALL, f" notebooks/{SMALL}/{SMALL}.ipynb differs from lessons/{SMALL}.py"]]
+    assert [p.split(":")[:2] for p in problems] == [
+        [SMALL, f" solutions/{SMALL}/{SMALL}.ipynb is not what lessons/{SMALL}.py builds"],
+        [SMALL, f" notebooks/{SMALL}/{SMALL}.ipynb is not what lessons/{SMALL}.py builds"]]
     assert all("run `make release`" in p for p in problems)
     course.release(small_course)
     assert course.stale_release(small_course) == []
