@@ -19,7 +19,9 @@ $(VENV)/.installed: pyproject.toml
 # Jupyter settings of the course live in .jupyter/ (the config dir of this lab): Russian UI, no news
 # toast (labconfig/default_setting_overrides.json), the Validate dialog wraps long lines
 # (custom/custom.css); for students, nbgrader's exchange and instructor panels are off
-# (student/labconfig/page_config.json). What the lab saves goes to .jupyter/lab/ (git-ignored).
+# (student/labconfig/page_config.json); jupytext (a build tool of `make release`) adds nothing to
+# the lab (labconfig/page_config.json, jupyter_server_config.json). What the lab saves goes to
+# .jupyter/lab/ (git-ignored).
 PORT       ?=
 NO_BROWSER ?=
 TOKEN      ?=
@@ -40,11 +42,11 @@ test: $(VENV)/.installed
 test-full: $(VENV)/.installed
 	COURSE_FULL_AUTOGRADE=1 $(BIN)/python -m pytest -n 2 --dist loadgroup
 
-## release: regenerate notebooks/ from solutions/ with nbgrader generate_assignment
+## release: build solutions/ from the lesson sources lessons/*.py, then notebooks/ (nbgrader generate_assignment)
 release: $(VENV)/.installed
 	$(BIN)/course release
 
-## check-release: fail when notebooks/ is stale or a committed notebook carries outputs
+## check-release: fail when solutions/ or notebooks/ is not what lessons/ builds, or a notebook carries outputs
 check-release: $(VENV)/.installed
 	$(BIN)/course check-release
 

@@ -1,66 +1,61 @@
-"""Write nbgrader source notebooks from Python: cells with the right nbgrader metadata.
+"""Lesson sources: ``lessons/NN_name.py`` in jupytext's percent format <-> nbgrader source notebooks.
 
-For course authors only.  ``solutions/*/*.ipynb`` are the source of truth; this helper just
-spares hand-writing nbgrader metadata and keeps every graded cell in the one form that
-:mod:`autograder.nbgrader_ext` understands (the points come from the check registry).
+A lesson is written and reviewed as a text file; ``course release`` builds the nbgrader source
+notebook ``solutions/NN_name/NN_name.ipynb`` from it (and from that the student notebook).  The
+text carries everything the notebook holds except outputs:
+
+- the notebook metadata (kernelspec, language_info) in the YAML header;
+- one ``# %%`` line per cell (``# %% [markdown]`` for text), followed by the cell's metadata as
+  ``key=<json>`` pairs: ``nbgrader={...}`` for the cells nbgrader knows (setup, answers, tests);
+- a cell's id as ``id="..."`` only where it is not the default: the nbgrader ``grade_id`` for an
+  nbgrader cell, ``cell-<index>`` (its position, from 0) for any other cell.
+
+The build is deterministic: the same text gives the same notebook, byte for byte.
 """
 from __future__ import annotations
 
+import copy
+
+import jupytext
 import nbformat
 
-from .core import format_points, get_check
+#: jupytext's percent format with a header of the notebook metadata the lessons use, and
+#: nothing of jupytext's own (no version numbers that change with the tool).
+TEXT_FORMAT = {"extension": ".py", "format_name": "percent",
+               "notebook_metadata_filter": "kernelspec,language_info,-jupytext"}
 
-KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+def default_cell_id(cell: nbformat.NotebookNode, index: int) -> str:
+    """The id a cell gets when the text source names none: its grade_id, else ``cell-<index>``."""
+    grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+    return grade_id if grade_id else f"cell-{index}"
 
 
-class SourceNotebook:
-    """An nbgrader source notebook being built cell by cell."""
+def notebook_from_text(text: str, name: str = "lesson") -> nbformat.NotebookNode:
+    """The nbgrader source notebook a text source describes (``name`` is for error messages)."""
+    nb = jupytext.reads(text, fmt=TEXT_FORMAT)
+    nb.metadata.pop("jupytext", None)
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    seen: dict[str, int] = {}
+    for index, cell in enumerate(nb.cells):
+        cell.id = str(cell.metadata.pop("id", None) or default_cell_id(cell, index))
+        if cell.id in seen:
+            raise ValueError(f"{name}: cells {seen[cell.id]} and {index} have the same id {cell.id!r}; "
+                             f"give one of them another id=\"...\" in its # %% line")
+        seen[cell.id] = index
+    nbformat.validate(nb)
+    return nb
 
-    def __init__(self) -> None:
-        self.nb = nbformat.v4.new_notebook()
-        self.nb.metadata["kernelspec"] = KERNELSPEC
-        self.nb.metadata["language_info"] = {"name": "python"}
-        self._ids: set[str] = set()
 
-    def _add(self, cell, grade_id: str | None = None, **nbgrader):
-        if grade_id is not None:
-            if grade_id in self._ids:
-                raise ValueError(f"duplicate grade_id {grade_id}")
-            self._ids.add(grade_id)
-            cell.metadata["nbgrader"] = {"grade_id": grade_id, "schema_version": 3, "task": False, **nbgrader}
-        cell.id = grade_id.replace(".", "-") if grade_id else f"cell-{len(self.nb.cells)}"
-        self.nb.cells.append(cell)
+def text_from_notebook(nb: nbformat.NotebookNode) -> str:
+    """The text source of a notebook (outputs dropped): ``notebook_from_text`` gives it back."""
+    nb = copy.deepcopy(nb)
+    for index, cell in enumerate(nb.cells):
+        if cell.id != default_cell_id(cell, index):
+            cell.metadata = nbformat.from_dict({"id": cell.id, **cell.metadata})
+    return jupytext.writes(nb, fmt=TEXT_FORMAT)
 
-    def markdown(self, text: str) -> None:
-        self._add(nbformat.v4.new_markdown_cell(text.strip("\n")))
 
-    def code(self, source: str) -> None:
-        """An ordinary cell (demos, plots): runs, not graded, editable."""
-        self._add(nbformat.v4.new_code_cell(source.strip("\n")))
-
-    def setup(self, source: str, grade_id: str = "setup") -> None:
-        """A read-only cell the student runs as is (imports, given helpers)."""
-        self._add(nbformat.v4.new_code_cell(source.strip("\n")), grade_id,
-                  grade=False, locked=True, solution=False)
-
-    def solution(self, grade_id: str, source: str) -> None:
-        """An answer cell: code between ### BEGIN/END SOLUTION is replaced by the stub."""
-        self._add(nbformat.v4.new_code_cell(source.strip("\n")), grade_id,
-                  grade=False, locked=False, solution=True)
-
-    def test(self, check_id: str, *names: str, hidden_cases: list | None = None) -> None:
-        """A graded test cell calling one registered check; hidden cases only in the source."""
-        check = get_check(check_id)
-        args = ", ".join([repr(check_id), *names])
-        lines = [f"# Проверка: {check.title} ({format_points(check.points)} б.)",
-                 "from autograder import grade", f"grade({args})"]
-        if hidden_cases:
-            lines += ["### BEGIN HIDDEN TESTS", f"grade({args}, cases={hidden_cases!r})",
-                      "### END HIDDEN TESTS"]
-        grade_id = "test_" + check_id.replace(".", "_")
-        self._add(nbformat.v4.new_code_cell("\n".join(lines)), grade_id,
-                  grade=True, locked=True, solution=False, points=check.points)
-
-    def write(self, path: str) -> None:
-        nbformat.validate(self.nb)
-        nbformat.write(self.nb, path)
+def notebook_json(nb: nbformat.NotebookNode) -> str:
+    """The notebook file's text exactly as ``nbformat.write`` puts it on disk."""
+    return nbformat.writes(nb) + "\n"

@@ -1,7 +1,8 @@
 """``course``: the course's command line, one subcommand per action.
 
-    course release                 regenerate notebooks/ from solutions/ (nbgrader)
-    course check-release           fail when notebooks/ is stale or a notebook carries outputs
+    course release [LESSON ...]    build solutions/ from lessons/*.py, then notebooks/ (nbgrader)
+    course check-release           fail when solutions/ or notebooks/ is stale or a notebook carries outputs
+    course lesson-text LESSON ...  write lessons/LESSON.py from solutions/ (a notebook edited in JupyterLab)
     course grade NOTEBOOK          self-study: grade one notebook with the full hidden tests
     course autograde [LESSON ...]  instructor: autograde submitted/ with N processes, one gradebook writer
     course merge FOLDER [LESSON ...]   record an autograded/ folder from another machine
@@ -32,6 +33,23 @@ def cmd_release(args) -> int:
     return 0
 
 
+def cmd_lesson_text(args) -> int:
+    from .authoring import text_from_notebook
+
+    for lesson in args.lesson:
+        if lesson not in course.lessons():
+            raise ValueError(f"no lesson {lesson!r} in solutions/: {', '.join(course.lessons())}")
+        target = course.text_source(lesson)
+        if target.exists() and not args.force:
+            print(f"{target.relative_to(course.ROOT)} exists: --force overwrites it", file=sys.stderr)
+            return 1
+        nb = nbformat.read(course.source_notebook(lesson), as_version=4)
+        target.parent.mkdir(exist_ok=True)
+        target.write_text(text_from_notebook(nb), encoding="utf-8")
+        print(f"written {target.relative_to(course.ROOT)}")
+    return 0
+
+
 def notebooks_with_outputs(root: Path = course.ROOT) -> list[str]:
     """Notebooks tracked by git whose code cells carry outputs or execution counts."""
     listed = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=root, capture_output=True, text=True)
@@ -48,9 +66,10 @@ def cmd_check_release(args) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
-        print("run `make release` and commit notebooks/ (and clear outputs)", file=sys.stderr)
+        print("lessons are edited in lessons/NN_name.py: run `make release` (or `course release LESSON`) "
+              "and commit lessons/, solutions/ and notebooks/ (notebooks without outputs)", file=sys.stderr)
         return 1
-    print("notebooks/ is current and no notebook carries outputs")
+    print("solutions/ and notebooks/ are built from lessons/ and no notebook carries outputs")
     return 0
 
 
@@ -124,11 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("release", help="regenerate notebooks/ from solutions/")
+    p = sub.add_parser("release", help="build solutions/ from lessons/*.py, then notebooks/ from solutions/")
     p.add_argument("lesson", nargs="*")
     p.set_defaults(run=cmd_release)
-    p = sub.add_parser("check-release", help="fail when notebooks/ is stale or has outputs")
+    p = sub.add_parser("check-release", help="fail when solutions/ or notebooks/ is stale or has outputs")
     p.set_defaults(run=cmd_check_release)
+    p = sub.add_parser("lesson-text", help="write lessons/LESSON.py from solutions/LESSON/LESSON.ipynb")
+    p.add_argument("lesson", nargs="+")
+    p.add_argument("--force", action="store_true", help="overwrite an existing lessons/LESSON.py")
+    p.set_defaults(run=cmd_lesson_text)
     p = sub.add_parser("grade", help="grade one notebook with the full hidden tests")
     p.add_argument("notebook")
     p.add_argument("--lesson", help="lesson id when the file name differs")

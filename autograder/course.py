@@ -1,5 +1,11 @@
 """The nbgrader course on disk: lessons, releasing student notebooks, grading submissions.
 
+A lesson is written as a text file, ``lessons/NN_name.py`` (:mod:`autograder.authoring`);
+``release`` builds nbgrader's source notebook ``solutions/NN_name/NN_name.ipynb`` from it and,
+with ``nbgrader generate_assignment``, the student notebook ``notebooks/NN_name/NN_name.ipynb``.
+Both built notebooks are committed.  The text sources live outside ``solutions/``: nbgrader
+copies every file of a source folder into the student release.
+
 Everything here drives the real ``nbgrader`` command line, with the environment's ``bin`` on
 PATH (nbgrader shells out to ``alembic``).  Grading happens in a scratch course folder built
 from ``nbgrader_config.py`` and ``solutions/``, so the repository's own gradebook is untouched.
@@ -22,6 +28,7 @@ import nbformat
 from . import cells
 
 ROOT = Path(__file__).resolve().parent.parent
+TEXT_SOURCES = "lessons"
 SOLUTIONS = "solutions"
 RELEASE = "notebooks"
 
@@ -31,7 +38,17 @@ def lessons(root: Path = ROOT) -> list[str]:
     return sorted(p.name for p in (root / SOLUTIONS).iterdir() if (p / f"{p.name}.ipynb").exists())
 
 
+def text_lessons(root: Path = ROOT) -> list[str]:
+    """Lessons written as text sources: lessons/NN_name.py, in order."""
+    return sorted(p.stem for p in (root / TEXT_SOURCES).glob("*.py"))
+
+
+def text_source(lesson: str, root: Path = ROOT) -> Path:
+    return root / TEXT_SOURCES / f"{lesson}.py"
+
+
 def source_notebook(lesson: str, root: Path = ROOT) -> Path:
+    """nbgrader's source notebook of a lesson (answers and hidden tests), built from its text source."""
     return root / SOLUTIONS / lesson / f"{lesson}.ipynb"
 
 
@@ -80,29 +97,57 @@ def new_course(folder: Path, root: Path = ROOT, only: list[str] | None = None) -
     return folder
 
 
+def build_source_notebook(lesson: str, root: Path = ROOT) -> Path:
+    """Write solutions/<lesson>/<lesson>.ipynb from the text source lessons/<lesson>.py."""
+    from .authoring import notebook_from_text
+
+    text = text_source(lesson, root)
+    if not text.exists():
+        raise ValueError(f"no text source {TEXT_SOURCES}/{lesson}.py for lesson {lesson}")
+    nb = notebook_from_text(text.read_text(encoding="utf-8"), name=f"{TEXT_SOURCES}/{lesson}.py")
+    path = source_notebook(lesson, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
 def release(root: Path = ROOT, only: list[str] | None = None) -> list[Path]:
-    """Regenerate the student notebooks under notebooks/ from solutions/ (nbgrader)."""
+    """Build solutions/ from the text sources in lessons/, then notebooks/ from solutions/ (nbgrader)."""
     written = []
-    for lesson in only or lessons(root):
+    for lesson in only or text_lessons(root):
+        written.append(build_source_notebook(lesson, root))
         nbgrader("generate_assignment", lesson, "--force", cwd=root)
         written.append(student_notebook(lesson, root))
     return written
 
 
 def stale_release(root: Path = ROOT) -> list[str]:
-    """Student notebooks that differ from a fresh generation (empty when notebooks/ is current)."""
+    """Built notebooks (solutions/ and notebooks/) that differ from a fresh build of lessons/;
+    empty when both are current."""
     problems = []
+    sources = text_lessons(root)
     with tempfile.TemporaryDirectory(prefix="course-release-") as scratch:
         course = new_course(Path(scratch), root)
+        shutil.copytree(root / TEXT_SOURCES, course / TEXT_SOURCES)
         release(course)
-        for lesson in lessons(root):
-            fresh, committed = student_notebook(lesson, course), student_notebook(lesson, root)
-            if not committed.exists():
-                problems.append(f"{committed.relative_to(root)} is missing")
-            elif not filecmp.cmp(fresh, committed, shallow=False):
-                problems.append(f"{committed.relative_to(root)} is stale")
-        extra = {p.parent.name for p in (root / RELEASE).glob("*/*.ipynb")} - set(lessons(root))
-        problems += [f"{RELEASE}/{name} has no source in {SOLUTIONS}/" for name in sorted(extra)]
+        for lesson in sources:
+            redo = f"run `make release` (a lesson is edited in {TEXT_SOURCES}/{lesson}.py, never in its notebooks)"
+            for fresh, committed in ((source_notebook(lesson, course), source_notebook(lesson, root)),
+                                     (student_notebook(lesson, course), student_notebook(lesson, root))):
+                name = committed.relative_to(root)
+                if not committed.exists():
+                    problems.append(f"{lesson}: {name} is missing: run `make release`")
+                elif not filecmp.cmp(fresh, committed, shallow=False):
+                    problems.append(f"{lesson}: {name} is not what {TEXT_SOURCES}/{lesson}.py builds: {redo}")
+            built = {p.name for p in (course / RELEASE / lesson).iterdir()}
+            committed_files = {p.name for p in (root / RELEASE / lesson).glob("*") if not p.name.startswith(".")}
+            problems += [f"{lesson}: {RELEASE}/{lesson}/{name} is not built by `make release`"
+                         for name in sorted(committed_files - built)]
+    problems += [f"{name}: {SOLUTIONS}/{name} has no text source {TEXT_SOURCES}/{name}.py"
+                 for name in lessons(root) if name not in sources]
+    released = {p.parent.name for p in (root / RELEASE).glob("*/*.ipynb")}
+    problems += [f"{name}: {RELEASE}/{name} has no text source {TEXT_SOURCES}/{name}.py"
+                 for name in sorted(released - set(sources))]
     return problems
 
 

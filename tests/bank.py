@@ -59,7 +59,7 @@ def grade_calls(lesson: str) -> dict[str, list[GradeCall]]:
 
 
 def cell_id(check_id: str) -> str:
-    """The grade_id of the test cell that calls ``check_id`` (autograder.authoring's rule)."""
+    """The grade_id of the test cell that calls ``check_id`` (the lessons' naming rule)."""
     return "test_" + check_id.replace(".", "_")
 
 

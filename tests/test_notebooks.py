@@ -47,8 +47,9 @@ def test_solution_notebook_runs_top_to_bottom_with_every_check_passing(lesson):
                 f"stderr output scores 0 under nbgrader:\n{cell.source[:200]}\n{output.text[:500]}"
 
 
-def test_student_notebooks_are_current_and_without_outputs():
-    """Is notebooks/ exactly what `make release` generates, and is no notebook committed with outputs?"""
+def test_built_notebooks_are_current_and_without_outputs():
+    """Are solutions/ and notebooks/ exactly what `make release` builds from lessons/, and is no
+    notebook committed with outputs?"""
     assert course.stale_release() == []
     assert notebooks_with_outputs() == []
 

@@ -1,0 +1,290 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # Урок 02. Fused RMSNorm: байты, а не FLOPы
+#
+# **Модуль 07 «Fused-операторы и FlashAttention»**, курс *LLM Inference Systems*.
+#
+# В этом уроке вы:
+# 1. посчитаете арифметическую интенсивность RMSNorm и увидите, что этот оператор упирается в память, а не в вычисления;
+# 2. посчитаете трафик наивной и слитой (fused) версии на строку и на весь префилл Qwen3-0.6B;
+# 3. измерите пик памяти наивной версии в NumPy и напишете `fused_rms_norm` без временных массивов размера (T, D);
+# 4. (бонус) сольёте в тот же проход прибавление residual.
+#
+# Проверки запускаются ячейками «Проверка» или кнопкой **Validate**. Каждая проверка выполняется в отдельном процессе: зависшая или упавшая функция стоит только своей ячейки.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import numpy as np
+import matplotlib.pyplot as plt
+import tracemalloc
+
+from autograder import grade
+from autograder.plots import measure_peaks, plot_peaks, MiB
+
+# %% [markdown]
+# ## 1. Почему RMSNorm упирается в память
+#
+# RMSNorm для строки $x \in \mathbb{R}^d$ с весом $w$:
+#
+# $$y = \frac{x}{\sqrt{\frac{1}{d}\sum_j x_j^2 + \varepsilon}} \odot w .$$
+#
+# Любой оператор на GPU читает входы из HBM, считает и пишет выход. Время оценивается снизу как
+# $\max(\text{FLOPs}/\text{peak}, \text{bytes}/\text{bandwidth})$. Отношение FLOPs/bytes — **арифметическая интенсивность** $I$.
+# Если $I$ меньше **ridge point** $P/B$ (пиковая производительность, делённая на пропускную способность памяти), оператор упирается в память.
+#
+# На строку RMSNorm приходится около $4d$ FLOP (квадрат, сумма, умножение на $1/\text{rms}$, умножение на вес), а байт минимум $4d$ в bf16: прочитать $x$ ($2d$) и записать $y$ ($2d$). Посчитаем и сравним с ridge point реальных GPU (пики bf16 dense и пропускная способность HBM из спецификаций NVIDIA: A100, H100 SXM, H200).
+
+# %%
+d = 1024                      # d_model Qwen3-0.6B
+bf16 = 2                      # байт на элемент
+flops_per_row = 4 * d         # x², сумма, умножение на 1/rms, умножение на w
+bytes_per_row_fused = 2 * d * bf16   # прочитать x, записать y
+intensity = flops_per_row / bytes_per_row_fused
+print(f"интенсивность RMSNorm: {intensity:.2f} FLOP/байт")
+
+gpus = {  # (пик bf16 dense, FLOP/s; HBM, байт/с) — NVIDIA datasheets
+    "A100 40GB": (312e12, 1.555e12),
+    "A100 80GB SXM": (312e12, 2.039e12),
+    "H100 SXM": (989e12, 3.35e12),
+    "H200": (989e12, 4.8e12),
+}
+for name, (peak, bandwidth) in gpus.items():
+    ridge = peak / bandwidth
+    print(f"{name:>14}: ridge point {ridge:5.0f} FLOP/байт — в {ridge / intensity:4.0f} раз выше интенсивности RMSNorm")
+
+# %% [markdown]
+# Вывод: у RMSNorm интенсивность около 1 FLOP/байт, а ridge point — от 150 до 300. Вычислительные блоки почти всё время ждут память,
+# поэтому ускорить такой оператор можно только одним способом: **прочитать и записать меньше байт**.
+#
+# ## 2. Сколько байт гоняет наивная версия
+#
+# Наивная запись `x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w` на GPU — это несколько отдельных кернелов, и каждый
+# ходит в HBM: прочитать $x$, записать $x^2$; прочитать $x^2$ для среднего; прочитать $x$ ещё раз для нормировки; записать $y$.
+# Это пять проходов по $d$ элементам против двух у слитой версии (прочитать $x$, записать $y$).
+
+# %%
+passes_naive = {"read x": d, "write x²": d, "read x² (mean)": d, "read x (normalise)": d, "write y": d}
+passes_fused = {"read x": d, "write y": d}
+naive_bytes = sum(passes_naive.values()) * bf16
+fused_bytes = sum(passes_fused.values()) * bf16
+print(f"на строку, d={d}, bf16: наивно {naive_bytes:,} байт, fused {fused_bytes:,} байт ({naive_bytes / fused_bytes:.1f}x)")
+
+layers, norms_per_layer, tokens = 28, 2, 4096   # Qwen3-0.6B: 28 слоёв, RMSNorm перед attention и перед MLP
+norms = layers * norms_per_layer
+print(f"префилл {tokens} токенов, {norms} норм: наивно {norms * tokens * naive_bytes / 1e9:.2f} ГБ, "
+      f"fused {norms * tokens * fused_bytes / 1e9:.2f} ГБ")
+
+
+# %% [markdown]
+# (q_norm и k_norm внутри attention Qwen3 и финальную норму мы здесь не считаем.)
+#
+# ## 3. Наивная версия в NumPy и её память
+#
+# На CPU тот же эффект виден как память: каждая промежуточная операция NumPy создаёт новый массив (T, D).
+# Измерим пик через `tracemalloc` (NumPy сообщает ему о своих буферах данных).
+
+# %%
+def rms_norm_naive(x, w, eps=1e-6):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+T, D = 8192, 4096
+x = np.random.default_rng(0).standard_normal((T, D), dtype=np.float32)
+w = np.ones(D, dtype=np.float32)
+
+tracemalloc.start()
+y = rms_norm_naive(x, w)
+_, peak = tracemalloc.get_traced_memory()
+tracemalloc.stop()
+print(f"выход: {y.nbytes / MiB:.0f} МиБ, пик наивной версии: {peak / MiB:.0f} МиБ ({peak / y.nbytes:.1f} выхода)")
+del x, y
+
+
+# %% [markdown]
+# Пик — два массива (T, D), а не четыре: `x * x` освобождается, как только посчитано среднее, и одновременно живут только
+# `x / rms` и результат умножения на `w`.
+#
+# ## 4. Задание: `fused_rms_norm`
+#
+# Напишите `fused_rms_norm(x, w, eps=1e-6)`:
+# - `x` — (T, D) float32, `w` — (D,) float32; вернуть новый массив (T, D) float32;
+# - никаких временных массивов размера (T, D), кроме выхода: пик памяти ≈ размер выхода;
+# - `x` и `w` не изменять; `eps` — под корнем.
+#
+# Подсказки: сумму квадратов по строкам можно посчитать без $x^2$ целиком (`np.einsum('td,td->t', x, x)` или по блокам строк);
+# нормировать можно прямо в выходной массив (`np.multiply(..., out=out)`); следите, чтобы не появился float64 (NumPy 2: скаляр
+# `np.float64` повышает массив float32).
+
+# %% nbgrader={"grade": false, "grade_id": "fused_rms_norm", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def fused_rms_norm(x, w, eps=1e-6):
+    ### BEGIN SOLUTION
+    T, D = x.shape
+    sum_sq = np.einsum("td,td->t", x, x)                      # (T,) без x² целиком
+    inv_rms = (1.0 / np.sqrt(sum_sq / D + eps)).astype(np.float32)
+    out = np.empty_like(x)
+    np.multiply(x, inv_rms[:, None], out=out)
+    out *= w
+    return out
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Быстрая самопроверка на маленьком примере (не оценивается):
+
+# %%
+x_small = np.array([[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+print(fused_rms_norm(x_small, np.ones(4, dtype=np.float32)))
+
+# %% [markdown]
+# ### Проверки
+# Каждая ячейка ниже — отдельная проверка со своими баллами.
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_equivalence", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Эквивалентность с эталоном float64 (3 б.)
+from autograder import grade
+grade('lesson02.equivalence', fused_rms_norm)
+### BEGIN HIDDEN TESTS
+grade('lesson02.equivalence', fused_rms_norm, cases=[{'T': 333, 'D': 1000, 'seed': 101}, {'T': 1, 'D': 4096, 'seed': 102}, {'T': 77, 'D': 5, 'seed': 103, 'eps': 0.001}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_zeros", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Нулевые строки дают нули без NaN (1 б.)
+from autograder import grade
+grade('lesson02.zeros', fused_rms_norm)
+### BEGIN HIDDEN TESTS
+grade('lesson02.zeros', fused_rms_norm, cases=[{'T': 3, 'D': 17, 'seed': 104}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_large_values", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Одна компонента 1e3: без переполнения (1 б.)
+from autograder import grade
+grade('lesson02.large_values', fused_rms_norm)
+### BEGIN HIDDEN TESTS
+grade('lesson02.large_values', fused_rms_norm, cases=[{'T': 5, 'D': 4096, 'seed': 105, 'big': 30000.0}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_unit_rms", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: При w = 1 RMS каждой строки равен 1 (1 б.)
+from autograder import grade
+grade('lesson02.unit_rms', fused_rms_norm)
+### BEGIN HIDDEN TESTS
+grade('lesson02.unit_rms', fused_rms_norm, cases=[{'T': 9, 'D': 777, 'seed': 106}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_eps_placement", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: eps под корнем и берётся из аргумента (1 б.)
+from autograder import grade
+grade('lesson02.eps_placement', fused_rms_norm)
+### BEGIN HIDDEN TESTS
+grade('lesson02.eps_placement', fused_rms_norm, cases=[{'T': 11, 'D': 64, 'seed': 107, 'scale': 0.05, 'eps': 0.1}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_mean_axis", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Среднее по D (последняя ось), а не по T (1 б.)
+from autograder import grade
+grade('lesson02.mean_axis', fused_rms_norm)
+### BEGIN HIDDEN TESTS
+grade('lesson02.mean_axis', fused_rms_norm, cases=[{'T': 13, 'D': 13, 'seed': 108}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_not_mutated", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Входы x и w не изменяются (1 б.)
+from autograder import grade
+grade('lesson02.not_mutated', fused_rms_norm)
+### BEGIN HIDDEN TESTS
+grade('lesson02.not_mutated', fused_rms_norm, cases=[{'T': 7, 'D': 300, 'seed': 109}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_dtype", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Выход float32 формы (T, D) (1 б.)
+from autograder import grade
+grade('lesson02.dtype', fused_rms_norm)
+### BEGIN HIDDEN TESTS
+grade('lesson02.dtype', fused_rms_norm, cases=[{'T': 2, 'D': 3, 'seed': 110}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_memory", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Пик памяти ≈ размер выхода: нет временных (T, D) (2 б.)
+from autograder import grade
+grade('lesson02.memory', fused_rms_norm)
+### BEGIN HIDDEN TESTS
+grade('lesson02.memory', fused_rms_norm, cases=[{'T': 1024, 'D': 3000, 'seed': 111}])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 5. Измеряем: пик памяти от T
+#
+# Сравним пик `tracemalloc` наивной и вашей версии при D = 1024 и растущем T. Пунктир — размер выхода.
+
+# %%
+sizes = [256, 512, 1024, 2048, 4096, 8192]
+D = 1024
+
+def make_args(T):
+    rng = np.random.default_rng(T)
+    return rng.standard_normal((T, D), dtype=np.float32), np.ones(D, dtype=np.float32)
+
+peaks = measure_peaks({"наивная": rms_norm_naive, "fused_rms_norm": fused_rms_norm}, sizes, make_args)
+fig = plot_peaks(sizes, peaks, xlabel="T (токенов)", title=f"RMSNorm, D={D}, float32",
+                 reference={"размер выхода": [T * D * 4 for T in sizes]})
+for T, naive, fused in zip(sizes, peaks["наивная"], peaks["fused_rms_norm"]):
+    print(f"T={T:5d}: наивная {naive / MiB:7.1f} МиБ, fused {fused / MiB:7.1f} МиБ, выход {T * D * 4 / MiB:6.1f} МиБ")
+
+
+# %% [markdown]
+# Наивная версия держит около двух выходов, fused — один. На GPU та же разница превращается во время:
+# каждый лишний проход по (T, D) — это лишние байты через HBM.
+#
+# ## 6. Бонус: `fused_add_rms_norm`
+#
+# Бонус необязателен: его 3 балла идут сверх максимума урока. Пока функция не начата (в ней `raise NotImplementedError()`), его проверки пишут «○ … не выполнен», и ни Validate, ни оценка не считают это ошибкой.
+#
+# В pre-norm блоке трансформера перед нормой прибавляется residual: `h = x + residual`, затем `out = rms_norm(h)`, и `h` идёт дальше
+# как новый residual. Слитая версия (как в vLLM) делает это за один проход.
+#
+# Напишите `fused_add_rms_norm(x, residual, w, eps=1e-6) -> (out, new_residual)`: `new_residual = x + residual`,
+# `out = rms_norm(new_residual)`. `x` не изменять; `residual` можно обновить на месте. Никаких (T, D) буферов, кроме двух выходов.
+
+# %% nbgrader={"grade": false, "grade_id": "fused_add_rms_norm", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def fused_add_rms_norm(x, residual, w, eps=1e-6):
+    ### BEGIN SOLUTION
+    residual += x                                   # новый residual, на месте
+    sum_sq = np.einsum("td,td->t", residual, residual)
+    inv_rms = (1.0 / np.sqrt(sum_sq / residual.shape[1] + eps)).astype(np.float32)
+    out = residual * inv_rms[:, None]
+    out *= w
+    return out, residual
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_add_equivalence", "locked": true, "points": 0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Бонус: fused_add_rms_norm совпадает с эталоном (+2 б. сверх максимума)
+from autograder import grade
+grade('lesson02.add_equivalence', fused_add_rms_norm)
+### BEGIN HIDDEN TESTS
+grade('lesson02.add_equivalence', fused_add_rms_norm, cases=[{'T': 31, 'D': 257, 'seed': 112}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_add_memory", "locked": true, "points": 0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Бонус: fused_add_rms_norm без лишних (T, D) буферов (+1 б. сверх максимума)
+from autograder import grade
+grade('lesson02.add_memory', fused_add_rms_norm)
+### BEGIN HIDDEN TESTS
+grade('lesson02.add_memory', fused_add_rms_norm, cases=[{'T': 512, 'D': 2048, 'seed': 113}])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Итог
+#
+# - RMSNorm: ~1 FLOP/байт против ridge point 150–300 у A100/H100/H200 — оператор ограничен памятью.
+# - Слияние убирает проходы по памяти: 10d против 4d байт на строку в bf16 (5 проходов против 2).
+# - В NumPy это видно по пику памяти: наивная версия держит два (T, D) массива, fused — только выход.
+#
+# Дальше — SwiGLU (урок 03), online softmax (урок 04) и FlashAttention (урок 05), где тот же принцип убирает матрицу n×n.

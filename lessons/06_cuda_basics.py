@@ -1,0 +1,510 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # Урок 06. Основы CUDA через CuPy: потоки, блоки, память
+#
+# **Модуль 07 «Fused-операторы и FlashAttention»**, курс *LLM Inference Systems*.
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/COURSE-ORG/llm-inference-module07/blob/main/notebooks/06_cuda_basics/06_cuda_basics.ipynb)
+#
+# Нет своего GPU — откройте ноутбук в Colab по ссылке выше и выберите *Среда выполнения → Сменить среду выполнения → GPU*
+# (бесплатный GPU Colab — NVIDIA T4). Первая ячейка поставит пакет курса; CuPy в Colab уже есть.
+#
+# Уроки 02–05 написали fused-операторы на NumPy. Чтобы перенести их на GPU (уроки 07 и 08), нужно понимать, **кто**
+# выполняет код ядра и **где** лежат данные. За этот урок вы:
+# 1. увидите модель исполнения — SM, варп, блок, сетка, регистры, shared memory, L2, глобальная память — с числами
+#    для T4 и H200 и для вашего GPU;
+# 2. измерите, сколько стоит запуск ядра и почему соседние потоки должны читать соседние адреса;
+# 3. напишете три ядра: `scale_add` (индекс и защита хвоста), `row_sums` (блок на строку, дерево в shared memory,
+#    `__shfl_xor_sync`) и `matmul_tiled` (тайлы в shared memory — репетиция $S = Q_i K_j^T$ из FlashAttention).
+#
+# **Как проверяется.** Проверка компиляции работает везде, даже без GPU: NVRTC компилирует ядро для sm_75 (T4), sm_80
+# (A100) и sm_90 (H100/H200). Проверки запуска требуют GPU: без него они пишут «нужен GPU» и дают 0 баллов (а не
+# пропускаются). Каждый новый массив на GPU проверка заполняет NaN до запуска вашего кода, а вокруг массивов кладёт
+# контрольные байты: невыписанный элемент или запись за конец массива видны, даже если числа «случайно» совпали.
+
+# %%
+# Colab и чистые окружения: ставим пакет курса, если его нет (в собранном окружении курса ничего не делает).
+import importlib, importlib.util, subprocess, sys
+
+COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
+if importlib.util.find_spec("autograder") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", f"git+{COURSE_REPOSITORY}"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "cloudpickle", "cuda-bindings", "nvidia-cuda-nvrtc"],
+                   check=True)
+    importlib.invalidate_caches()
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import numpy as np
+import matplotlib.pyplot as plt
+try:
+    import cupy as cp
+except ImportError:   # нет CuPy: ядра всё равно компилируются (NVRTC), а запуски требуют GPU
+    cp = None
+
+from autograder import grade
+from autograder.gpu import gpu_status
+from autograder import cuda_basics as cb
+cb.describe_gpu()
+
+# %% [markdown]
+# ## 1. Модель исполнения
+#
+# Ядро (`__global__`-функция) запускается сразу многими потоками. Потоки сгруппированы так:
+#
+# | уровень | что это | как ядро его видит |
+# | --- | --- | --- |
+# | **поток** | выполняет код ядра со своими регистрами | `threadIdx.x` (и `.y`, `.z`) внутри блока |
+# | **варп** | 32 соседних потока блока; выполняют одну инструкцию одновременно (SIMT) | `threadIdx.x / 32`, `threadIdx.x % 32` |
+# | **блок** | до 1024 потоков на одном SM; общая **shared memory** и барьер `__syncthreads()` | `blockIdx.x`, размер — `blockDim.x` |
+# | **сетка** | все блоки одного запуска; блоки независимы, порядок их выполнения не задан | `gridDim.x` |
+# | **SM** (streaming multiprocessor) | «ядро» GPU: держит несколько блоков, переключает варпы, пока другие ждут память | не видно из кода |
+#
+# Потоки одного блока могут обмениваться данными через shared memory и ждать друг друга на `__syncthreads()`;
+# потоки **разных** блоков — нет (только через глобальную память и атомарные операции). Поэтому задачу режут так, чтобы
+# блоки не зависели друг от друга: строка — блок (`row_sums`), тайл результата — блок (`matmul_tiled`, FlashAttention).
+#
+# Таблица в выводе первой ячейки с кодом (импорты и `describe_gpu()`) — числа для T4 (Colab), H200 и вашего GPU (если он есть). Столбец T4 — по
+# паспорту NVIDIA T4, whitepaper архитектуры Turing и таблице compute capability 7.5 из CUDA C++ Programming Guide;
+# столбец H200 — свойства устройства, прочитанные на H200 курса (`benchmarks/results/gpu_kernels_h200.json`, ключ
+# `device_facts`), и паспорт H200 для памяти и fp32. Что из них следует — посчитаем:
+
+# %%
+for name, g in cb.REFERENCE_GPUS.items():
+    resident = g["SM"] * g["потоков на SM, макс."]
+    regs = g["регистров на SM (32 бит)"] * 4 * g["SM"] / 2**20
+    flop_per_byte = g["fp32, TFLOP/s (паспорт)"] * 1e12 / (g["память, ГБ/с (паспорт)"] * 1e9)
+    print(f"{name:>11}: одновременно живут до {resident:,} потоков ({resident // 32:,} варпов); "
+          f"регистров всего {regs:.0f} МиБ, L2 — {g['L2, МиБ']} МиБ; "
+          f"ridge fp32 = {flop_per_byte:.0f} FLOP на байт памяти")
+
+# %% [markdown]
+# Регистров на чипе столько же, сколько L2, или больше (T4: 10 против 4 МиБ; у H200 L2 вырос до 60 МиБ, а регистров 33 МиБ), и они в разы быстрее: значения, с которыми поток работает, должны жить в регистрах. Shared memory —
+# десятки КиБ на SM — место для тайлов, которыми пользуются все потоки блока. Глобальная память (где лежат массивы
+# `cp.ndarray`) огромна, но каждый её байт дорог: ridge point в десятки FLOP на байт значит, что ядро, которое
+# делает меньше операций на прочитанный байт, упирается в память (урок 01).
+
+# %%
+cb.plot_memory_hierarchy()
+plt.show()
+
+# %% [markdown]
+# ## 2. Сколько стоит запуск ядра
+#
+# Каждый запуск ядра — это работа драйвера на CPU и очередь команд на GPU: несколько микросекунд, даже если ядро
+# ничего не делает. Маленькая операция над тысячами чисел длится меньше, чем её запуск. Поэтому десять мелких
+# ядер подряд (`x * 1.5 + 2 ...` в CuPy — каждая операция запускает своё ядро и пишет свой временный массив) стоят
+# заметно больше одного ядра, которое делает всё сразу. Это первая причина сливать операторы (fused), ещё до байтов
+# памяти из урока 02.
+#
+# На H200 курса:
+#
+# | что | время |
+# | --- | --- |
+# | пустое ядро, запуски подряд (CUDA events) | 5.0 мкс на запуск |
+# | пустое ядро, запуск + ожидание (`synchronize`, часы CPU) | 9.5 мкс |
+# | 10 операций CuPy над 4096 числами (10 ядер) | 123.6 мкс |
+# | те же 10 операций одним ядром | 5.9 мкс (20.9× быстрее) |
+#
+# Измерено на NVIDIA H200 (132 SM), 2026-12-01, CuPy 14.2.0, CUDA runtime 13.2; функции `cb.launch_latency()` и `cb.strided_bandwidth()` из ячеек ниже (их же вызывает `python benchmarks/gpu_kernels.py`), результаты — `benchmarks/results/gpu_kernels_h200.json` в репозитории курса (ключ `cuda_basics`). CUDA events, среднее по серии запусков после прогрева; от запуска к запуску числа плавают на несколько процентов.
+#
+# Измерим на вашем GPU (без GPU ячейка ничего не делает):
+
+# %%
+if gpu_status()[0]:
+    for key, value in cb.launch_latency().items():
+        print(f"{key:>22}: {value:10.2f}" + (" мкс" if key.endswith("_us") else ""))
+else:
+    print("GPU нет: измерение пропущено, числа H200 — в таблице выше.")
+
+# %% [markdown]
+# ## 3. Коалесцированный доступ
+#
+# 32 потока варпа выполняют загрузку одной инструкцией. Если они читают 32 **соседних** `float` (128 байт подряд),
+# память отдаёт их одной транзакцией; если адреса идут с шагом (stride) — каждый поток тянет свой сектор в 32 байта,
+# из которых нужны 4. Ниже ядро копирует массив, но соседние потоки читают элементы через `stride` (это перестановка:
+# каждый элемент читается ровно один раз, объём работы одинаков). Пропускная способность — байты чтения + записи в секунду.
+#
+# На H200 курса (2²⁶ чисел float32):
+#
+# | stride | пропускная способность | доля от stride = 1 |
+# | --- | --- | --- |
+# | 1 | 2,030 ГБ/с | 100 % |
+# | 2 | 1,944 ГБ/с | 96 % |
+# | 4 | 1,597 ГБ/с | 79 % |
+# | 8 | 983 ГБ/с | 48 % |
+# | 16 | 518 ГБ/с | 26 % |
+# | 32 | 455 ГБ/с | 22 % |
+# | 64 | 340 ГБ/с | 17 % |
+#
+# Измерено на NVIDIA H200 (132 SM), 2026-12-01, CuPy 14.2.0, CUDA runtime 13.2; функции `cb.launch_latency()` и `cb.strided_bandwidth()` из ячеек ниже (их же вызывает `python benchmarks/gpu_kernels.py`), результаты — `benchmarks/results/gpu_kernels_h200.json` в репозитории курса (ключ `cuda_basics`). CUDA events, среднее по серии запусков после прогрева; от запуска к запуску числа плавают на несколько процентов.
+#
+# Ядро тратит время и на вычисление индекса перестановки (64-битное деление), поэтому даже stride = 1 даёт здесь около
+# половины копирования память→память (4.1–4.2 ТБ/с на том же H200, урок 07): сравнивайте строки таблицы между собой.
+# Уже при stride = 8 варп касается восьми разных 32-байтных секторов вместо одного, и пропускная способность падает
+# вдвое, а при stride = 64 — в шесть раз.
+#
+# Отсюда правило для всех ядер курса: поток `threadIdx.x` берёт элементы `threadIdx.x`, `threadIdx.x + blockDim.x`, …,
+# а не «свой непрерывный кусок».
+
+# %%
+if gpu_status()[0]:
+    bandwidth = cb.strided_bandwidth()
+    plt.plot(list(bandwidth), list(bandwidth.values()), "o-")
+    plt.xscale("log", base=2); plt.xlabel("stride (элементов между соседними потоками)"); plt.ylabel("ГБ/с")
+    plt.title("Копирование с шагом чтения на вашем GPU"); plt.show()
+else:
+    print("GPU нет: измерение пропущено, числа H200 — в таблице выше.")
+
+# %% [markdown]
+# ## 4. Задание 1: `scale_add` — индекс потока и защита хвоста
+#
+# `out = a * x + y` для векторов длины n. Каждому элементу — свой поток:
+# ```
+# i = blockIdx.x * blockDim.x + threadIdx.x
+# ```
+# Блоков нужно $\lceil n / B \rceil$ = `(n + B - 1) // B`: если n не кратно размеру блока B, последний блок
+# **неполный** — часть его потоков получает `i >= n` и не должна ни читать, ни писать (`if (i < n)`). Потерять
+# последний блок (`n // B`) или забыть проверку `i < n` — две классические ошибки; проверка ловит обе, даже если
+# числа выглядят верно: новые массивы заполнены NaN, а за концом массивов лежат контрольные байты.
+#
+# Кто что пишет (n = 20, блок из 8 потоков — 3 блока, последние 4 потока последнего блока простаивают):
+
+# %%
+cb.plot_ownership_1d(n=20, block=8)
+plt.show()
+
+# %% [markdown]
+# Контракт:
+# ```
+# extern "C" __global__
+# void scale_add(float a, const float* x, const float* y, float* out, int n)
+# ```
+# Замените заглушку в строке кодом CUDA C (строки с `//` — комментарии C). Вместо `if (i < n)` можно написать цикл
+# с шагом сетки: `for (int i = ...; i < n; i += gridDim.x * blockDim.x)` — он верен при любом числе блоков.
+
+# %% nbgrader={"grade": false, "grade_id": "scale_add_source", "locked": false, "schema_version": 3, "solution": true, "task": false}
+SCALE_ADD_SRC = r"""
+extern "C" __global__
+void scale_add(float a, const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ out, int n)
+{
+    // ### BEGIN SOLUTION
+    // a grid-stride loop: correct for any n and any number of blocks
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = a * x[i] + y[i];
+    // ### END SOLUTION
+}
+"""
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Ядро scale_add компилируется (NVRTC, sm_75/80/90, без GPU) (1 б.)
+from autograder import grade
+grade('lesson06.scale_add_compiles', SCALE_ADD_SRC)
+
+
+# %% [markdown]
+# Обёртка `scale_add_gpu(a, x, y)`: x, y — `cupy.ndarray` (n,) float32, a — число; вернуть **новый** массив.
+# Запуск: `kernel = cp.RawKernel(SCALE_ADD_SRC, "scale_add")`, затем `kernel(grid, block, args)`, например
+# `grid = (число_блоков,)`, `block = (256,)`. Скаляры передавайте с точным типом C: `np.float32(a)`, `np.int32(n)`
+# (обычный `int` Python CuPy передаст как 64-битное целое, и ядро прочитает мусор).
+
+# %% nbgrader={"grade": false, "grade_id": "scale_add_gpu", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def scale_add_gpu(a, x, y):
+    ### BEGIN SOLUTION
+    n = x.size
+    out = cp.empty_like(x)
+    threads = 256
+    blocks = (n + threads - 1) // threads          # округление вверх: последний неполный блок тоже нужен
+    cp.RawKernel(SCALE_ADD_SRC, "scale_add")((blocks,), (threads,), (np.float32(a), x, y, out, np.int32(n)))
+    return out
+    ### END SOLUTION
+
+
+# %%
+if gpu_status()[0]:
+    print(scale_add_gpu(2.0, cp.arange(5, dtype=cp.float32), cp.ones(5, dtype=cp.float32)))   # ожидается [1 3 5 7 9]
+else:
+    print("GPU нет — самопроверка пропущена.")
+
+# %% [markdown]
+# ### Проверки `scale_add`
+# - совпадение с эталоном float64 при n = 65536, 1000 и 1 (и на скрытых n);
+# - входы не меняются; на устройстве выделяется только выход (композиция `a * x + y` из операций CuPy выделяет лишний
+#   временный массив и не проходит);
+# - `compute-sanitizer --tool memcheck`: ни одного чтения или записи за пределами массивов (без него на машине проверка
+#   говорит об этом и даёт 0 баллов; в Colab он есть).
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: scale_add совпадает с эталоном, любое n ≥ 1 (2 б.)
+from autograder import grade
+grade('lesson06.scale_add', scale_add_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson06.scale_add', scale_add_gpu, cases=[{'n': 12345, 'seed': 101}, {'n': 255, 'seed': 102}, {'n': 257, 'seed': 103}, {'n': 3000001, 'seed': 104}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: scale_add не меняет входы и выделяет только выход (1 б.)
+from autograder import grade
+grade('lesson06.scale_add_memory', scale_add_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson06.scale_add_memory', scale_add_gpu, cases=[{'n': 100003, 'seed': 105}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add_bounds", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: scale_add не выходит за границы массивов (compute-sanitizer memcheck) (1 б.)
+from autograder import grade
+grade('lesson06.scale_add_bounds', scale_add_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson06.scale_add_bounds', scale_add_gpu, cases=[{'n': 77, 'seed': 106}])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 5. Задание 2: `row_sums` — блок на строку, дерево в shared memory, shuffle
+#
+# Суммы строк массива (T, D): `out[t] = x[t, :].sum()`. Блок из 256 потоков на строку (`blockIdx.x = t`):
+# 1. поток k складывает элементы k, k + 256, k + 512, … своей строки (соседние потоки — соседние адреса, доступ
+#    коалесцирован; D может быть и меньше блока, и больше, и не кратно 32);
+# 2. частичные суммы 256 потоков — в `__shared__ float partial[256]`, затем **дерево**: на шаге с половиной h потоки
+#    k < h прибавляют `partial[k + h]`; между шагами — `__syncthreads()` (пока все не записали, читать нельзя);
+#    Шаги дерева: h = 128, 64, 32 (256 → 32 числа).
+# 3. когда осталось 32 числа — один варп (потоки k < 32): каждый берёт `float v = partial[k]` и для offset = 16, 8, 4,
+#    2, 1 делает `v += __shfl_xor_sync(0xffffffff, v, offset)` — получает `v` потока `k ^ offset` прямо из его
+#    регистра, без памяти и барьеров (маска `0xffffffff` — «участвуют все 32 потока варпа»). После пяти шагов сумма
+#    есть у каждого потока варпа; поток 0 пишет `out[t]`.
+#
+# `__syncthreads()` должны пройти **все** потоки блока: барьер внутри `if (k < h)` — ошибка (часть потоков ждёт
+# вечно или результат не определён), даже если ядро компилируется. Ставьте его после `if`, на уровне цикла.
+#
+# Пропущенный `__syncthreads()` часто даёт верный ответ «по везению»; `compute-sanitizer --tool racecheck` находит
+# такую гонку всегда.
+
+# %%
+cb.plot_ownership_rows(T=3, D=20, block=8)
+plt.show()
+
+# %% [markdown]
+# Контракт: `extern "C" __global__ void row_sums(const float* x, float* out, int T, int D)`; обёртка запускает
+# T блоков по 256 потоков (`THREADS` в коде).
+
+# %% nbgrader={"grade": false, "grade_id": "row_sums_source", "locked": false, "schema_version": 3, "solution": true, "task": false}
+ROW_SUMS_SRC = r"""
+#define THREADS 256   // the wrapper launches blocks of exactly THREADS threads
+
+extern "C" __global__
+void row_sums(const float* __restrict__ x, float* __restrict__ out, int T, int D)
+{
+    __shared__ float partial[THREADS];
+    const int t = blockIdx.x;                       // one block per row
+    const float* row = x + (size_t)t * D;
+    // ### BEGIN SOLUTION
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x)   // coalesced: neighbours read neighbours
+        s += row[j];
+    partial[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half >= 32; half /= 2) {   // tree in shared memory down to one warp
+        if (threadIdx.x < half)
+            partial[threadIdx.x] += partial[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x < 32) {                          // the last warp: registers and shuffles, no barrier
+        float v = partial[threadIdx.x];
+        for (int offset = 16; offset > 0; offset /= 2)
+            v += __shfl_xor_sync(0xffffffffu, v, offset);
+        if (threadIdx.x == 0)
+            out[t] = v;
+    }
+    // ### END SOLUTION
+}
+"""
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Ядро row_sums компилируется (NVRTC, sm_75/80/90, без GPU) (1 б.)
+from autograder import grade
+grade('lesson06.row_sums_compiles', ROW_SUMS_SRC)
+
+
+# %% [markdown]
+# `row_sums_gpu(x)`: x — `cupy.ndarray` (T, D) float32; вернуть новый массив (T,) float32.
+
+# %% nbgrader={"grade": false, "grade_id": "row_sums_gpu", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def row_sums_gpu(x):
+    ### BEGIN SOLUTION
+    T, D = x.shape
+    out = cp.empty(T, dtype=cp.float32)
+    cp.RawKernel(ROW_SUMS_SRC, "row_sums")((T,), (256,), (x, out, np.int32(T), np.int32(D)))
+    return out
+    ### END SOLUTION
+
+
+# %%
+if gpu_status()[0]:
+    print(row_sums_gpu(cp.ones((3, 1000), dtype=cp.float32)))   # ожидается [1000 1000 1000]
+else:
+    print("GPU нет — самопроверка пропущена.")
+
+# %% [markdown]
+# ### Проверки `row_sums`
+# - совпадение с эталоном float64: D = 1024, 1000, 37 (меньше блока) и 5000 (больше блока, не кратно 32);
+#   допуск растёт с D (ошибка округления суммы float32);
+# - вход не меняется, выделяется только выход;
+# - compute-sanitizer: memcheck (границы) и racecheck (гонки в shared memory).
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: row_sums совпадает с эталоном (D меньше и больше блока) (2 б.)
+from autograder import grade
+grade('lesson06.row_sums', row_sums_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson06.row_sums', row_sums_gpu, cases=[{'T': 9, 'D': 1, 'seed': 107}, {'T': 1, 'D': 257, 'seed': 108}, {'T': 100, 'D': 4099, 'seed': 109}, {'T': 2, 'D': 33, 'seed': 110}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: row_sums не меняет вход и выделяет только выход (1 б.)
+from autograder import grade
+grade('lesson06.row_sums_memory', row_sums_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson06.row_sums_memory', row_sums_gpu, cases=[{'T': 333, 'D': 777, 'seed': 111}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums_sanitizer", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: row_sums без выходов за границы и гонок (memcheck, racecheck) (1 б.)
+from autograder import grade
+grade('lesson06.row_sums_sanitizer', row_sums_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson06.row_sums_sanitizer', row_sums_gpu, cases=[{'T': 2, 'D': 300, 'seed': 112}])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 6. Задание 3: `matmul_tiled` — тайлы в shared memory
+#
+# `C = A @ B`, A — (M, K), B — (K, N). Блок из 16×16 потоков отвечает за тайл C 16×16: поток `(threadIdx.y, threadIdx.x)`
+# считает один элемент `C[row, col]`, `row = blockIdx.y * 16 + threadIdx.y`, `col = blockIdx.x * 16 + threadIdx.x`.
+# Наивно каждый поток прочитал бы из глобальной памяти строку A и столбец B — K·2 чтения на элемент. С тайлами блок
+# идёт по K шагами по 16:
+# 1. все 256 потоков вместе загружают тайл A (16×16) и тайл B (16×16) в `__shared__` — каждый по одному элементу
+#    каждого тайла: на шаге `k0` поток `(ty, tx)` кладёт `As[ty][tx] = A[row, k0 + tx]` и `Bs[ty][tx] = B[k0 + ty, col]`;
+#    за краем матрицы (row ≥ M, k ≥ K, col ≥ N) кладут 0. Массивы лежат построчно (C-порядок, как в NumPy):
+#    `A[i, j]` — это `A[i * K + j]`, `B[i, j]` — `B[i * N + j]`;
+# 2. `__syncthreads()`; каждый поток прибавляет к своему `acc` 16 произведений из shared memory;
+# 3. `__syncthreads()` — прежде чем тайл перезапишут на следующем шаге.
+#
+# Потоки за краем C (row ≥ M или col ≥ N) не выходят из ядра раньше времени (`return`): они нужны, чтобы загрузить
+# тайлы и пройти барьеры. Проверку `row < M && col < N` делайте только при записи результата.
+#
+# Каждый элемент A и B читается из глобальной памяти в 16 раз реже. Это та же схема, что $S = Q_i K_j^T$ во
+# FlashAttention (урок 08): тайл Q и тайл K в shared memory, произведение — в регистрах.
+
+# %%
+cb.plot_ownership_matmul(M=10, N=12, tile=4)
+plt.show()
+
+# %% [markdown]
+# Контракт: `extern "C" __global__ void matmul_tiled(const float* A, const float* B, float* C, int M, int N, int K)`;
+# сетка `((N + 15) // 16, (M + 15) // 16)`, блок `(16, 16)` (x — столбцы, y — строки).
+
+# %% nbgrader={"grade": false, "grade_id": "matmul_source", "locked": false, "schema_version": 3, "solution": true, "task": false}
+MATMUL_SRC = r"""
+#define TILE 16   // blocks of TILE x TILE threads; one thread per element of C
+
+extern "C" __global__
+void matmul_tiled(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+                  int M, int N, int K)
+{
+    __shared__ float As[TILE][TILE];
+    __shared__ float Bs[TILE][TILE];
+    const int row = blockIdx.y * TILE + threadIdx.y;   // this thread's element of C
+    const int col = blockIdx.x * TILE + threadIdx.x;
+    float acc = 0.0f;
+    // ### BEGIN SOLUTION
+    for (int k0 = 0; k0 < K; k0 += TILE) {
+        const int ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
+        As[threadIdx.y][threadIdx.x] = (row < M && ka < K) ? A[(size_t)row * K + ka] : 0.0f;   // zeros past the edge
+        Bs[threadIdx.y][threadIdx.x] = (kb < K && col < N) ? B[(size_t)kb * N + col] : 0.0f;
+        __syncthreads();                               // the whole tile is in shared memory
+        for (int k = 0; k < TILE; ++k)
+            acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];
+        __syncthreads();                               // everyone is done before the tile is overwritten
+    }
+    if (row < M && col < N)
+        C[(size_t)row * N + col] = acc;
+    // ### END SOLUTION
+}
+"""
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Ядро matmul_tiled компилируется (NVRTC, sm_75/80/90, без GPU) (1 б.)
+from autograder import grade
+grade('lesson06.matmul_compiles', MATMUL_SRC)
+
+
+# %% [markdown]
+# `matmul_tiled_gpu(A, B)`: `cupy.ndarray` float32 (M, K) и (K, N); вернуть новый массив (M, N) float32.
+
+# %% nbgrader={"grade": false, "grade_id": "matmul_tiled_gpu", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def matmul_tiled_gpu(A, B):
+    ### BEGIN SOLUTION
+    M, K = A.shape
+    N = B.shape[1]
+    C = cp.empty((M, N), dtype=cp.float32)
+    grid = ((N + 15) // 16, (M + 15) // 16)             # x — столбцы, y — строки
+    cp.RawKernel(MATMUL_SRC, "matmul_tiled")(grid, (16, 16), (A, B, C, np.int32(M), np.int32(N), np.int32(K)))
+    return C
+    ### END SOLUTION
+
+
+# %%
+if gpu_status()[0]:
+    A_demo = cp.arange(6, dtype=cp.float32).reshape(2, 3)
+    print(matmul_tiled_gpu(A_demo, cp.ones((3, 2), dtype=cp.float32)))   # ожидается [[3 3] [12 12]]
+else:
+    print("GPU нет — самопроверка пропущена.")
+
+# %% [markdown]
+# ### Проверки `matmul_tiled`
+# - совпадение с эталоном float64: 64×64×64 и формы, не кратные тайлу (33×70 @ 70×17, 1×1 @ 1×1);
+# - входы не меняются, выделяется только выход;
+# - compute-sanitizer: memcheck и racecheck.
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: matmul_tiled совпадает с A @ B (формы не кратны тайлу) (2 б.)
+from autograder import grade
+grade('lesson06.matmul', matmul_tiled_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson06.matmul', matmul_tiled_gpu, cases=[{'M': 100, 'K': 3, 'N': 50, 'seed': 113}, {'M': 128, 'K': 96, 'N': 256, 'seed': 114}, {'M': 17, 'K': 33, 'N': 1, 'seed': 115}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: matmul_tiled не меняет входы и выделяет только выход (1 б.)
+from autograder import grade
+grade('lesson06.matmul_memory', matmul_tiled_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson06.matmul_memory', matmul_tiled_gpu, cases=[{'M': 300, 'K': 50, 'N': 70, 'seed': 116}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul_sanitizer", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: matmul_tiled без выходов за границы и гонок (memcheck, racecheck) (1 б.)
+from autograder import grade
+grade('lesson06.matmul_sanitizer', matmul_tiled_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson06.matmul_sanitizer', matmul_tiled_gpu, cases=[{'M': 20, 'K': 33, 'N': 9, 'seed': 117}])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Итог
+#
+# - Поток — регистры; блок — shared memory и `__syncthreads()`; варп — 32 потока в ногу и `__shfl_xor_sync`;
+#   блоки независимы.
+# - Блоков — с округлением вверх, в ядре — `if (i < n)`: последний неполный блок обязателен, а лишние потоки молчат.
+# - Соседние потоки читают соседние адреса; запуск ядра стоит микросекунды — мелкие операции выгодно сливать.
+# - Тайл в shared memory читается из глобальной памяти один раз и используется всеми потоками блока.
+#
+# Дальше — урок 07: RMSNorm как одно ядро (строка — блок, как в `row_sums`), затем урок 08: FlashAttention из тех же
+# деталей — тайлы K/V в shared memory, как в `matmul_tiled`.
