@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import pkgutil
 import traceback
 import warnings
 from typing import Any, Callable
@@ -108,14 +107,13 @@ def check(check_id: str, *, points: float, title: str, timeout_s: float = 30.0,
 
 
 def lesson_module_name(check_id: str) -> str:
-    """``lesson02.equivalence`` -> ``autograder.lesson02_fused_rmsnorm``."""
-    prefix = check_id.split(".", 1)[0]
-    import autograder
+    """``lesson02.equivalence`` -> ``autograder.lessons.lesson02_fused_rmsnorm`` (autograder.lessons.MODULES)."""
+    from .lessons import MODULES
 
-    for info in pkgutil.iter_modules(autograder.__path__):
-        if info.name == prefix or info.name.startswith(prefix + "_"):
-            return f"autograder.{info.name}"
-    raise KeyError(f"no lesson module for check id {check_id!r}")
+    try:
+        return MODULES[check_id.split(".", 1)[0]]
+    except KeyError:
+        raise KeyError(f"no lesson module for check id {check_id!r}") from None
 
 
 def get_check(check_id: str) -> Check:
@@ -130,11 +128,10 @@ def get_check(check_id: str) -> Check:
 
 def all_checks(prefix: str = "") -> dict[str, Check]:
     """Every registered check whose id starts with ``prefix`` (imports all lesson modules)."""
-    import autograder
+    from .lessons import MODULES
 
-    for info in pkgutil.iter_modules(autograder.__path__):
-        if info.name.startswith("lesson"):
-            importlib.import_module(f"autograder.{info.name}")
+    for module in MODULES.values():
+        importlib.import_module(module)
     return {k: v for k, v in sorted(_REGISTRY.items()) if k.startswith(prefix)}
 
 

@@ -18,6 +18,60 @@ def rms_norm(x, w, eps: float = 1e-6) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
+# --- known wrong RMSNorm variants ----------------------------------------------------------
+
+def _eps_outside_root(x, w, eps=1e-6):
+    x = x.astype(np.float64)
+    return x / (np.sqrt(np.mean(x * x, axis=-1, keepdims=True)) + eps) * w
+
+
+def _mean_over_tokens(x, w, eps=1e-6):
+    x = x.astype(np.float64)
+    return x / np.sqrt(np.mean(x * x, axis=0, keepdims=True) + eps) * w
+
+
+def _sum_not_mean(x, w, eps=1e-6):
+    x = x.astype(np.float64)
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def _no_sqrt(x, w, eps=1e-6):
+    x = x.astype(np.float64)
+    return x / (np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def _layer_norm(x, w, eps=1e-6):
+    x = x.astype(np.float64)
+    centred = x - x.mean(axis=-1, keepdims=True)
+    return centred / np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps) * w
+
+
+def _no_weight(x, w, eps=1e-6):
+    return rms_norm(x, np.ones_like(w), eps)
+
+
+def _eps_ignored(x, w, eps=1e-6):
+    return rms_norm(x, w, 1e-6)
+
+
+def _multiplied_by_rms(x, w, eps=1e-6):
+    x = x.astype(np.float64)
+    return x * np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+#: Known wrong RMSNorm variants (autograder.mistakes): named by the NumPy lesson (02) and the CUDA one (07).
+RMS_NORM_MISTAKES = {
+    "eps прибавлен вне корня: x / (sqrt(mean(x²)) + eps)": _eps_outside_root,
+    "среднее по оси токенов T (axis=0), а не по D": _mean_over_tokens,
+    "сумма квадратов вместо среднего (не поделили на D)": _sum_not_mean,
+    "нет квадратного корня: деление на mean(x²) + eps": _no_sqrt,
+    "вычитается среднее (это LayerNorm, а не RMSNorm)": _layer_norm,
+    "забыли умножить на вес w": _no_weight,
+    "параметр eps игнорируется (зашит 1e-6)": _eps_ignored,
+    "умножение на RMS вместо деления": _multiplied_by_rms,
+}
+
+
 def add_rms_norm(x, residual, w, eps: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
     """(rms_norm(x + residual), x + residual): the pre-norm block's residual add fused in."""
     h = _f64(x) + _f64(residual)
@@ -59,3 +113,8 @@ def attention(q, k, v, causal: bool = False) -> np.ndarray:
     if causal:
         s = np.where(causal_mask(*s.shape), s, -np.inf)
     return softmax(s) @ v
+
+
+def swiglu_traffic(I, bytes_per_element=2):
+    """(naive, fused) bytes per token of the intermediates: write g, u, read g, u, write h vs write h."""
+    return 5 * I * bytes_per_element, I * bytes_per_element

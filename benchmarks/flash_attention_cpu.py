@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autograder import course, reference  # noqa: E402
-from autograder.lesson05_flash_attention import naive_attention  # noqa: E402
+from autograder.lessons.lesson05_flash_attention import naive_attention  # noqa: E402
 
 MiB = 2**20
 

@@ -688,7 +688,7 @@ def flash_attention_fast_gpu(Q, K, V, causal=False, tile_counter=None):
 # Отзыв о шаге 2 (не оценивается): совпадение с шагом 1 и время на вашем GPU. Без GPU ячейка ничего не делает.
 
 # %% id="ac15bfe1"
-from autograder.lesson08_cupy_flash_attention import step2_feedback
+from autograder.lessons.lesson08_cupy_flash_attention import step2_feedback
 if gpu_status()[0]:
     print(step2_feedback(flash_attention_fast_gpu, flash_attention_gpu))
 else:

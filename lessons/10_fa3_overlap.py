@@ -32,7 +32,7 @@
 # FP32 (формата «BF32» нет); выигрыш над FA2 — 1.5–2.0x.
 #
 # GPU у нас нет, поэтому расписание мы изучаем на **модели**: дискретно-событийном симуляторе с виртуальными часами
-# (`autograder.fa3sim`). Всё, что оценивается, считается по этим часам и не зависит от скорости вашего компьютера.
+# (`autograder.lessons.lesson10.fa3sim`). Всё, что оценивается, считается по этим часам и не зависит от скорости вашего компьютера.
 #
 # В этом уроке вы:
 # 1. выведете makespan последовательного цикла и конвейера с кольцом из S ячеек, и поймёте, когда цикл упирается в копирование;
@@ -53,7 +53,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 
 from autograder import grade
-from autograder.fa3sim import (Event, Params, ScheduleError, plot_gantt, plot_traces, run_pingpong,
+from autograder.lessons.lesson10.fa3sim import (Event, Params, ScheduleError, plot_gantt, plot_traces, run_pingpong,
                                run_sequential, sequential_program, pingpong_programs, simulate)
 
 F8 = ml_dtypes.float8_e4m3fn   # FP8 e4m3 (раздел 7)

@@ -191,7 +191,7 @@ def test_sanitizer_runs_the_child_with_padding_for_memcheck_only(tmp_path, monke
                     "echo '========= ERROR SUMMARY: 0 errors' > \"$2\"\n")
     fake.chmod(0o755)
     monkeypatch.setattr(sanitizer, "_SANITIZER", str(fake))
-    assert sanitizer.sanitizer_check(len, "autograder.lesson07_cupy_rmsnorm:sanitizer_inputs",
+    assert sanitizer.sanitizer_check(len, "autograder.lessons.lesson07_cupy_rmsnorm:sanitizer_inputs",
                                      {"T": 1, "D": 1, "seed": 0}, "T=1", races=True) == \
         ["memcheck: 0 ошибок", "racecheck: 0 гонок"]
     memcheck, racecheck = calls.read_text().splitlines()

@@ -111,7 +111,7 @@ CLASS = {
                 x *= 2
                 return (x * 1).astype(np.float64)
             import autograder, autograder.core, autograder.notebook
-            import autograder.lesson02_fused_rmsnorm as lesson
+            import autograder.lessons.lesson02_fused_rmsnorm as lesson
             def grade(*args, **kwargs):
                 return 3
             autograder.grade = autograder.notebook.grade = grade

@@ -6,14 +6,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from autograder import lesson01_hbm_intensity as l01  # noqa: E402
+from autograder import reference, scalars  # noqa: E402
+from autograder.lessons import lesson01_hbm_intensity as l01  # noqa: E402
 from autograder.core import CheckFailed  # noqa: E402
 
 
 def test_reference_counts_are_the_figures_the_lesson_quotes():
     """Do the formulas give FACTS.md's corrected figures for Qwen3-0.6B in bf16?"""
     assert l01.expected_rmsnorm_bytes(1024) == (10_240, 4_096)
-    assert l01.expected_swiglu_bytes(3072) == (30_720, 6_144)
+    assert reference.swiglu_traffic(3072) == (30_720, 6_144)
     assert l01.expected_scores_bytes(4096) == 512 * 2**20            # 537 MB per layer
     assert round(l01.expected_scores_bytes(4096) / 1e6) == 537
     assert l01.expected_scores_bytes(4096, heads=1) == 32 * 2**20     # 33.5 MB per head
@@ -42,13 +43,13 @@ def test_naive_attention_is_memory_bound_and_the_gemm_is_not():
 
 def test_expect_number_is_exact_for_counts_and_names_the_mistake():
     """Are counts compared exactly, bools refused, and a known wrong value named?"""
-    l01.expect_number(536870912.0, 536870912, call="f()", exact=True)
+    scalars.expect_number(536870912.0, 536870912, call="f()", exact=True)
     with pytest.raises(CheckFailed, match="число"):
-        l01.expect_number(True, 1, call="f()", exact=True)
+        scalars.expect_number(True, 1, call="f()", exact=True)
     with pytest.raises(CheckFailed, match="перевёрнут"):
-        l01.expect_number(0.5, 2.0, call="f()", mistakes={"перевёрнут": 0.5})
+        scalars.expect_number(0.5, 2.0, call="f()", mistakes={"перевёрнут": 0.5})
     with pytest.raises(CheckFailed):
-        l01.expect_number(4097, 4096, call="f()", exact=True)
+        scalars.expect_number(4097, 4096, call="f()", exact=True)
 
 
 def roofline_axes(gpu, ops, *, with_ridge=True, log=True, scale=1.0):

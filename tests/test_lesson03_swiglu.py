@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from autograder import lesson03_swiglu as l03
+from autograder.lessons import lesson03_swiglu as l03
 from autograder import reference
 
 

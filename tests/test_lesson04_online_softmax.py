@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from autograder import course
-from autograder.lesson04_online_softmax import (_close, expected_state, random_bounds, softmax_average,
+from autograder.lessons.lesson04_online_softmax import (_close, expected_state, random_bounds, softmax_average,
                                                 update_mistakes)
 
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from autograder import course, reference
-from autograder.lesson05_flash_attention import (EQUIVALENCE_CASES, STABILITY_CASES, _SIMULATED, case_inputs,
+from autograder.lessons.lesson05_flash_attention import (EQUIVALENCE_CASES, STABILITY_CASES, _SIMULATED, case_inputs,
                                                  simulate, stability_tolerance)
 from autograder.tracing import Traced, expected_tiles, observe_tiles
 

@@ -26,7 +26,7 @@ def test_autograde_without_gpu_scores_the_compile_check_only(tmp_path):
 
 def test_sizes_of_the_cases_do_what_the_lesson_says():
     """Equivalence cases divide by 256 and 4; every tail case breaks one of them."""
-    from autograder.lesson07_cupy_rmsnorm import TAILS, VISIBLE
+    from autograder.lessons.lesson07_cupy_rmsnorm import TAILS, VISIBLE
     assert all(c["D"] % 256 == 0 for c in VISIBLE)
     assert all(c["D"] % 256 or c["D"] % 4 for c in TAILS)
     assert any(c["D"] % 4 == 2 for c in TAILS)  # rows that are not 16-byte aligned

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from autograder import course, gpu, reference
-from autograder.lesson08_cupy_flash_attention import CAUSAL, CAUSAL_TILE_RATIO, TAILS, VISIBLE, oracle
+from autograder.lessons.lesson08_cupy_flash_attention import CAUSAL, CAUSAL_TILE_RATIO, TAILS, VISIBLE, oracle
 
 LESSON = "08_cupy_flash_attention"
 

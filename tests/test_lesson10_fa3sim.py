@@ -7,9 +7,9 @@ import matplotlib
 import numpy as np
 import pytest
 
-from autograder import fa3sim
-from autograder.fa3sim import Params, ScheduleError, simulate
-from autograder.lesson10_fa3_overlap import _fa3_overlap_program, _softmax_first_program
+from autograder.lessons.lesson10 import fa3sim
+from autograder.lessons.lesson10.fa3sim import Params, ScheduleError, simulate
+from autograder.lessons.lesson10.program import _fa3_overlap_program, _softmax_first_program
 
 matplotlib.use("Agg")
 

@@ -7,7 +7,8 @@ import pytest
 
 from autograder.core import all_checks
 from autograder.notebook import run
-from autograder import guard, lesson10_fa3_overlap as lesson
+from autograder import guard
+from autograder.lessons.lesson10 import fp8 as lesson
 from bank import grade_calls, namespace
 
 LESSON = "10_fa3_overlap"

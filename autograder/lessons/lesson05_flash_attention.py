@@ -14,13 +14,13 @@ from __future__ import annotations
 import numpy as np
 import numpy.random  # noqa: F401  loaded before student code runs: the guard refuses lazy imports after
 
-from . import reference
-from .core import (CheckFailed, call_student, check, compare, describe_case, require_array,
+from .. import reference
+from ..core import (CheckFailed, call_student, check, compare, describe_case, require_array,
                    require_unchanged)
-from .inputs import normal
-from .memory import MiB, measure_peak, peak_table
-from .mistakes import failure, identify
-from .tracing import expected_tiles, observe_tiles
+from ..inputs import normal
+from ..memory import MiB, measure_peak, peak_table
+from ..mistakes import failure, identify
+from ..tracing import expected_tiles, observe_tiles
 
 EPS32 = float(np.finfo(np.float32).eps)
 

@@ -7,63 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import reference
-from .core import (CheckFailed, call_student, check, compare, describe_case, require_array,
+from .. import reference
+from ..core import (CheckFailed, call_student, check, compare, describe_case, require_array,
                    require_unchanged)
-from .inputs import normal
-from .memory import MiB, measure_peak, peak_table
-from .mistakes import compare_or_name, failure, identify
+from ..inputs import normal
+from ..memory import MiB, measure_peak, peak_table
+from ..mistakes import compare_or_name, failure, identify
 
-
-def _eps_outside_root(x, w, eps=1e-6):
-    x = x.astype(np.float64)
-    return x / (np.sqrt(np.mean(x * x, axis=-1, keepdims=True)) + eps) * w
-
-
-def _mean_over_tokens(x, w, eps=1e-6):
-    x = x.astype(np.float64)
-    return x / np.sqrt(np.mean(x * x, axis=0, keepdims=True) + eps) * w
-
-
-def _sum_not_mean(x, w, eps=1e-6):
-    x = x.astype(np.float64)
-    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps) * w
-
-
-def _no_sqrt(x, w, eps=1e-6):
-    x = x.astype(np.float64)
-    return x / (np.mean(x * x, axis=-1, keepdims=True) + eps) * w
-
-
-def _layer_norm(x, w, eps=1e-6):
-    x = x.astype(np.float64)
-    centred = x - x.mean(axis=-1, keepdims=True)
-    return centred / np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps) * w
-
-
-def _no_weight(x, w, eps=1e-6):
-    return reference.rms_norm(x, np.ones_like(w), eps)
-
-
-def _eps_ignored(x, w, eps=1e-6):
-    return reference.rms_norm(x, w, 1e-6)
-
-
-def _multiplied_by_rms(x, w, eps=1e-6):
-    x = x.astype(np.float64)
-    return x * np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
-
-
-MISTAKES = {
-    "eps прибавлен вне корня: x / (sqrt(mean(x²)) + eps)": _eps_outside_root,
-    "среднее по оси токенов T (axis=0), а не по D": _mean_over_tokens,
-    "сумма квадратов вместо среднего (не поделили на D)": _sum_not_mean,
-    "нет квадратного корня: деление на mean(x²) + eps": _no_sqrt,
-    "вычитается среднее (это LayerNorm, а не RMSNorm)": _layer_norm,
-    "забыли умножить на вес w": _no_weight,
-    "параметр eps игнорируется (зашит 1e-6)": _eps_ignored,
-    "умножение на RMS вместо деления": _multiplied_by_rms,
-}
 
 VISIBLE = [{"T": 4096, "D": 512, "seed": 0}]
 
@@ -77,7 +27,7 @@ def _case_inputs(T: int, D: int, seed: int, scale: float = 1.0):
 def _run_and_compare(fn, x, w, eps, case, **kwargs):
     got = call_student(fn, x.copy(), w.copy(), eps, case=case, what="fused_rms_norm")
     expected = reference.rms_norm(x, w, eps)
-    return compare_or_name(got, expected, inputs=(x, w, eps), variants=MISTAKES, case=case, **kwargs)
+    return compare_or_name(got, expected, inputs=(x, w, eps), variants=reference.RMS_NORM_MISTAKES, case=case, **kwargs)
 
 
 @check("lesson02.equivalence", points=3, title="Эквивалентность с эталоном float64")
@@ -124,7 +74,7 @@ def unit_rms(fused_rms_norm, cases=({"T": 64, "D": 1024, "seed": 5},)):
         rms = np.sqrt(np.mean(got.astype(np.float64) ** 2, axis=-1))
         worst = int(np.argmax(np.abs(rms - 1.0)))
         if not np.all(np.abs(rms - 1.0) < 1e-4):
-            mistake = identify(got, MISTAKES, (x, w, 1e-6))
+            mistake = identify(got, reference.RMS_NORM_MISTAKES, (x, w, 1e-6))
             raise failure(f"RMS строки {worst} равен {rms[worst]:.6f}, ожидался 1 ± 1e-4 ({case}).", mistake,
                           otherwise="Подсказка: делите x на sqrt(mean(x²) + eps), среднее — по последней оси.")
     return f"наибольшее отклонение RMS от 1: {np.max(np.abs(rms - 1.0)):.1e}"

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import gpu, nvrtc, reference
-from .core import CheckFailed, check, describe_case
-from .sanitizer import sanitizer_check
-from .inputs import normal
-from .mistakes import compare_or_name
+from .. import gpu, nvrtc, reference
+from ..core import CheckFailed, check, describe_case
+from ..sanitizer import sanitizer_check
+from ..inputs import normal
+from ..mistakes import compare_or_name
 
 WHAT = "flash_attention_gpu"
 MiB = 2**20

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.random  # noqa: F401  loaded before student code runs: the guard refuses lazy imports after
 
-from .core import CheckFailed, call_student, check, describe_case
-from .mistakes import failure, first_match
+from ..core import CheckFailed, call_student, check, describe_case
+from ..mistakes import failure, first_match
 
 RTOL, ATOL = 1e-7, 1e-9
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import gpu, nvrtc
-from .core import CheckFailed, check, describe_case, require_unchanged
-from .sanitizer import sanitizer_check
-from .inputs import normal
-from .mistakes import compare_or_name
+from .. import gpu, nvrtc
+from ..core import CheckFailed, check, describe_case, require_unchanged
+from ..sanitizer import sanitizer_check
+from ..inputs import normal
+from ..mistakes import compare_or_name
 
 MiB = 2**20
 EXTRA_BYTES = 4096  # device memory beyond the output a kernel call may take (CuPy's own bookkeeping)

@@ -14,8 +14,10 @@ import numpy as np
 import numpy.ma  # noqa: F401  imported by matplotlib when the student's plot function is unpickled; here
 import numpy.typing  # noqa: F401  first, so that their import-time introspection of numpy is the grader's
 
-from .core import CheckFailed, call_student, check, describe_case
-from .mistakes import failure, first_match
+from .. import reference
+from ..core import CheckFailed, call_student, check, describe_case
+from ..mistakes import failure
+from ..scalars import expect_number, fmt, is_number
 
 #: name -> (dense bf16 tensor-core peak, FLOP/s; HBM bandwidth, bytes/s), NVIDIA datasheets.
 GPUS = {
@@ -24,9 +26,6 @@ GPUS = {
     "H100 SXM": (989e12, 3.35e12),
     "H200": (989e12, 4.8e12),
 }
-
-REL = 1e-9  # relative tolerance for ratios: only the order of float operations may differ
-
 
 # --- the reference formulas ------------------------------------------------------------------
 
@@ -55,11 +54,6 @@ def expected_rmsnorm_bytes(d, bytes_per_element=2):
     return 5 * d * bytes_per_element, 2 * d * bytes_per_element
 
 
-def expected_swiglu_bytes(I, bytes_per_element=2):
-    """(naive, fused) bytes per token of the intermediates: write g, u, read g, u, write h vs write h."""
-    return 5 * I * bytes_per_element, I * bytes_per_element
-
-
 def expected_scores_bytes(n, heads=16, bytes_per_element=2):
     return heads * n * n * bytes_per_element
 
@@ -74,55 +68,19 @@ def expected_gemm(M, N, K, bytes_per_element=2):
     return 2 * M * N * K, (M * K + K * N + M * N) * bytes_per_element
 
 
-# --- comparing numbers -------------------------------------------------------------------------
-
-def _fmt(value) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return f"{int(value):,}".replace(",", "\u202f")  # narrow no-break space: one number, not two
-    try:
-        return f"{float(value):.6g}"
-    except (TypeError, ValueError):
-        return repr(value)[:80]
-
+# --- comparing numbers: autograder.scalars ----------------------------------------------------
 
 def _call_text(name: str, args) -> str:
     def as_typed(a):  # a call is code: 4096, not a grouped 4 096 that reads as two arguments
-        return repr(int(a)) if isinstance(a, numbers.Integral) and not isinstance(a, bool) else _fmt(a)
+        return repr(int(a)) if isinstance(a, numbers.Integral) and not isinstance(a, bool) else fmt(a)
 
     return f"{name}({', '.join(as_typed(a) for a in args)})"
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (numbers.Real, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-
-
-def _close(got, expected, exact: bool) -> bool:
-    if not _is_number(got) or not math.isfinite(float(got)):
-        return False
-    if exact:
-        return float(got) == float(expected) or (isinstance(got, numbers.Integral) and int(got) == expected)
-    return math.isclose(float(got), float(expected), rel_tol=REL, abs_tol=0.0)
-
-
-def expect_number(got, expected, *, call: str, case: str = "", exact: bool = False,
-                  mistakes: dict[str, float] | None = None, hint: str = "") -> None:
-    """Raise CheckFailed unless ``got`` is a finite number equal to ``expected``; name a known mistake."""
-    if _close(got, expected, exact):
-        return
-    where = f" ({case})" if case else ""
-    if not _is_number(got):
-        raise CheckFailed(f"{call} должна вернуть число, а вернула {type(got).__name__}: {_fmt(got)}{where}.")
-    mistake = first_match(got, mistakes or {}, lambda g, wrong: _close(g, wrong, exact=False))
-    raise failure(f"{call}: получено {_fmt(got)}, ожидалось {_fmt(expected)}{where}.", mistake,
-                  otherwise=f"Подсказка: {hint}" if hint else "")
 
 
 def _pair(got, call: str, case: str) -> tuple:
     if not (isinstance(got, (tuple, list)) and len(got) == 2):
         raise CheckFailed(f"{call} должна вернуть пару (naive, fused), а вернула "
-                          f"{type(got).__name__}: {_fmt(got)} ({case}).")
+                          f"{type(got).__name__}: {fmt(got)} ({case}).")
     return tuple(got)
 
 
@@ -206,7 +164,7 @@ def bound_by(bound_by,
             intensity, ridge = args[0] / args[1], peak / bandwidth
             hint = ("сравнение перевёрнуто: при интенсивности ниже ridge point оператор ждёт память"
                     if got in ("memory", "compute") else "верните ровно строку 'memory' или 'compute'")
-            raise CheckFailed(f"{call}: получено {_fmt(got)}, ожидалось {expected!r} ({describe_case(**c)}). "
+            raise CheckFailed(f"{call}: получено {fmt(got)}, ожидалось {expected!r} ({describe_case(**c)}). "
                               f"Интенсивность {intensity:.3g} FLOP/байт, ridge point {ridge:.3g}.\n"
                               f"Подсказка: {hint}.")
 
@@ -247,7 +205,7 @@ def bad_input(arithmetic_intensity, ridge_point, attainable_flops, roofline_time
         outcome = _outcome(functions[name], args, name)
         why = f" ({c['why']})" if c.get("why") else ""
         if outcome[0] == "returned":
-            raise CheckFailed(f"{call} должна выбросить ValueError{why}, а вернула {_fmt(outcome[1])}.\n"
+            raise CheckFailed(f"{call} должна выбросить ValueError{why}, а вернула {fmt(outcome[1])}.\n"
                               "Подсказка: проверьте аргументы в начале функции, например "
                               "`if bandwidth <= 0: raise ValueError(\"bandwidth должна быть > 0\")`.")
         _, kind, text = outcome
@@ -293,7 +251,7 @@ def swiglu_bytes(swiglu_bytes_per_token, cases=({"I": 3072},)):
         call = _call_text("swiglu_bytes_per_token", args)
         naive, fused = _pair(call_student(swiglu_bytes_per_token, *args, case=call, what="swiglu_bytes_per_token"),
                              call, describe_case(**c))
-        exp_naive, exp_fused = expected_swiglu_bytes(*args)
+        exp_naive, exp_fused = reference.swiglu_traffic(*args)
         b = args[1] if len(args) > 1 else 2
         expect_number(naive, exp_naive, call=call + "[0] (naive)", exact=True, case=describe_case(**c),
                       mistakes={"3 прохода: посчитаны только записи g, u, h (чтения g и u забыты)": 3 * c["I"] * b,
@@ -340,20 +298,20 @@ def naive_attention_traffic(naive_attention_traffic, cases=({"n": 4096, "d": 128
         for name, value in got.items():
             if not isinstance(name, str) or not name.strip():
                 raise CheckFailed(f"{call}: ключи словаря — названия проходов (непустые строки), а есть {name!r}.")
-            if not _is_number(value) or value < 0:
-                raise CheckFailed(f"{call}: проход {name!r} — {_fmt(value)}; ожидалось неотрицательное число байт.")
+            if not is_number(value) or value < 0:
+                raise CheckFailed(f"{call}: проход {name!r} — {fmt(value)}; ожидалось неотрицательное число байт.")
         square = [name for name, value in got.items() if value == n * n * b]
         rest = sum(value for name, value in got.items() if name not in square)
         total = sum(got.values())
         passes = ", ".join(ATTENTION_FIVE_PASSES)
         if len(square) != 5:
             hint = (" Это версия «около 134 МБ на голову», которую часто цитируют: в ней забыт один проход." if len(square) == 4 else "")
-            raise CheckFailed(f"{call}: проходов размера n² · {b} = {_fmt(n * n * b)} байт — {len(square)} "
+            raise CheckFailed(f"{call}: проходов размера n² · {b} = {fmt(n * n * b)} байт — {len(square)} "
                               f"({', '.join(square) or 'ни одного'}); ожидалось 5, каждый отдельной записью: "
                               f"{passes}.{hint}")
         if rest != 4 * n * d * b:
-            raise CheckFailed(f"{call}: кроме пяти проходов по S/P насчитано {_fmt(rest)} байт, ожидалось "
-                              f"{_fmt(4 * n * d * b)} = 4 · n · d · {b} (чтение Q, K, V и запись O).")
+            raise CheckFailed(f"{call}: кроме пяти проходов по S/P насчитано {fmt(rest)} байт, ожидалось "
+                              f"{fmt(4 * n * d * b)} = 4 · n · d · {b} (чтение Q, K, V и запись O).")
         expect_number(total, expected_attention_traffic(*args), call=f"сумма {call}", exact=True)
 
 

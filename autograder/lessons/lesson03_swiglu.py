@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import reference
-from .core import (CheckFailed, call_student, check, compare, describe_case, require_array,
+from .. import reference
+from ..core import (CheckFailed, call_student, check, compare, describe_case, require_array,
                    require_unchanged)
-from .inputs import normal
-from .lesson01_hbm_intensity import expect_number, expected_swiglu_bytes
-from .memory import MiB, measure_peak, peak_table
-from .mistakes import compare_or_name
+from ..inputs import normal
+from ..memory import MiB, measure_peak, peak_table
+from ..mistakes import compare_or_name
+from ..scalars import expect_number
 
 
 def _halves(x, w_gate_up):
@@ -199,7 +199,7 @@ def traffic(swiglu_traffic_per_token, cases=({"I": 3072},)):
         if not isinstance(got, dict) or set(got) != set(TRAFFIC_KEYS):
             keys = sorted(map(str, got)) if isinstance(got, dict) else type(got).__name__
             raise CheckFailed(f"{call} должна вернуть словарь с ключами {list(TRAFFIC_KEYS)}, а вернула {keys}.")
-        naive, fused = expected_swiglu_bytes(*args)
+        naive, fused = reference.swiglu_traffic(*args)
         b = args[1] if len(args) > 1 else 2
         I = c["I"]
         case = describe_case(**c)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import gpu, nvrtc, reference
-from .core import CheckFailed, check, describe_case
-from .sanitizer import sanitizer_check
-from .inputs import normal
-from .lesson02_fused_rmsnorm import MISTAKES  # the NumPy lesson's known mistakes, same formula
-from .mistakes import compare_or_name
+from .. import gpu, nvrtc, reference
+from ..core import CheckFailed, check, describe_case
+from ..sanitizer import sanitizer_check
+from ..inputs import normal
+from ..mistakes import compare_or_name
 
 WHAT = "fused_rms_norm_gpu"
 MiB = 2**20
@@ -44,7 +43,7 @@ def _run_case(fn, c: dict, *, hint: str = "") -> float:
     case = describe_case(**{**c, "eps": eps})
     got = gpu.run_student(fn, gpu.device(x), gpu.device(w), eps, case=case, what=WHAT)
     got = gpu.to_host(got, shape=x.shape, case=case)
-    return compare_or_name(got, reference.rms_norm(x, w, eps), inputs=(x, w, eps), variants=MISTAKES,
+    return compare_or_name(got, reference.rms_norm(x, w, eps), inputs=(x, w, eps), variants=reference.RMS_NORM_MISTAKES,
                            case=case, hint=hint)
 
 
@@ -80,7 +79,7 @@ def not_mutated(fused_rms_norm_gpu, cases=({"T": 64, "D": 2048, "seed": 6},)):
         case = describe_case(**c)
         got = gpu.run_student(fused_rms_norm_gpu, x_dev, w_dev, 1e-6, case=case, what=WHAT)
         compare_or_name(gpu.to_host(got, shape=x.shape, case=case), reference.rms_norm(x, w, 1e-6),
-                        inputs=(x, w, 1e-6), variants=MISTAKES, case=case)
+                        inputs=(x, w, 1e-6), variants=reference.RMS_NORM_MISTAKES, case=case)
         for name, before, after in (("x", x, x_dev), ("w", w, w_dev)):
             after = after.get()
             if not np.array_equal(before, after):
@@ -103,7 +102,7 @@ def memory(fused_rms_norm_gpu, cases=({"T": 4096, "D": 1024, "seed": 7},)):
         with gpu.DeviceAllocations() as seen:
             got = gpu.run_student(fused_rms_norm_gpu, x_dev, w_dev, 1e-6, case=case, what=WHAT)
         compare_or_name(gpu.to_host(got, shape=x.shape, case=case), reference.rms_norm(x, w, 1e-6),
-                        inputs=(x, w, 1e-6), variants=MISTAKES, case=case)
+                        inputs=(x, w, 1e-6), variants=reference.RMS_NORM_MISTAKES, case=case)
         output = T * D * 4
         extra = seen.total - output
         if extra > allowed_extra_bytes(T):
@@ -145,7 +144,7 @@ def speed(fused_rms_norm_gpu, cases=({"T": 8192, "D": 4096, "seed": 9},)):
         got = gpu.run_student(fused_rms_norm_gpu, x_dev, w_dev, 1e-6, case=case, what=WHAT)
         rows = slice(0, T, 16)  # the oracle on every 16th row: the gate stays fast
         compare_or_name(gpu.to_host(got, shape=x.shape, case=case)[rows], reference.rms_norm(x[rows], w, 1e-6),
-                        inputs=(x[rows], w, 1e-6), variants=MISTAKES, case=case)
+                        inputs=(x[rows], w, 1e-6), variants=reference.RMS_NORM_MISTAKES, case=case)
         del got
         mine = gpu.time_student(fused_rms_norm_gpu, x_dev, w_dev, 1e-6, case=case, what=WHAT)
         naive = gpu.time_ms(naive_rms_norm, x_dev, w_dev, 1e-6)
