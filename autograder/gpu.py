@@ -35,8 +35,10 @@ try:  # imported before any student code runs (the worker imports the check modu
 except Exception:  # no CuPy (laptops, CI): compile checks still run, GPU checks say "нужен GPU"
     _cp = None
 
-#: The course repository: the "Open in Colab" links and the notebooks' install cell are built
-#: from it.  MAINTAINERS: set it to the real repository before publishing the course.
+#: The students' repository of the course (what `course publish` writes is pushed there): the
+#: notebooks' install cell and "Open in Colab" links point to it.  The one place of this address:
+#: `course publish OUT --repository URL` writes another one into the published copy (notebooks,
+#: this constant, README), so the course's own notebooks keep this one.
 COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
 
 #: The architectures the compile check targets: Colab's free T4 (Turing), the A100 (Ampere: cp.async,
@@ -50,9 +52,9 @@ GPU_NAMES = {"sm_75": "T4 в Colab, Turing", "sm_80": "A100, Ampere", "sm_90": "
 FORCE_PTX_ENV = "AUTOGRADER_FORCE_PTX_ARCH"
 
 
-def colab_url(lesson: str, branch: str = "main") -> str:
+def colab_url(lesson: str, branch: str = "main", repository: str | None = None) -> str:
     """The "Open in Colab" address of a student notebook in the course repository."""
-    path = COURSE_REPOSITORY.removeprefix("https://github.com/")
+    path = (repository or COURSE_REPOSITORY).removeprefix("https://github.com/")
     return f"https://colab.research.google.com/github/{path}/blob/{branch}/notebooks/{lesson}/{lesson}.ipynb"
 
 
