@@ -98,9 +98,11 @@ def publish(out: Path, repository: str = gpu.COURSE_REPOSITORY, root: Path = cou
 
 
 def _refuse_course_checkout(out: Path, root: Path) -> None:
-    """A course checkout (this one or another) is never a place to publish into: its notebooks/
-    and autograder/ would be replaced."""
+    """Publish from a course checkout, never into one (this one or another): its notebooks/ and
+    autograder/ would be replaced."""
     root = root.resolve()
+    if not (root / course.SOLUTIONS).is_dir():
+        raise ValueError(f"в {root} нет {course.SOLUTIONS}/: публикуют из папки курса, а не из репозитория студентов")
     if out == root or root.is_relative_to(out):
         raise ValueError(f"{out}: это папка курса (или папка над ней); укажите отдельную папку")
     for marker in (course.SOLUTIONS, "nbgrader_config.py", "gradebook.db"):

@@ -240,3 +240,15 @@ def test_course_check_knows_its_lessons(tmp_path):
     with pytest.raises(ValueError, match="нет урока 99_nothing"):
         selfcheck.lesson_notebooks(course.ROOT / "notebooks", ["99_nothing"])
     assert [p.parent.name for p in selfcheck.lesson_notebooks(course.ROOT / "notebooks")] == course.lessons()
+
+
+def test_the_instructors_commands_in_the_students_repository_say_why_they_cannot_work(out):
+    """OUT's package has no solutions/ beside it: `course grade` and `course publish` say so in Russian."""
+    def course_command(*args):
+        code = f"import sys; from autograder import cli; sys.exit(cli.main({list(args)!r}))"
+        return subprocess.run([sys.executable, "-c", code], cwd=out, capture_output=True, text=True, timeout=120)
+
+    graded = course_command("grade", f"notebooks/{LESSON}/{LESSON}.ipynb")
+    assert graded.returncode == 2 and "Скрытых тестов здесь нет" in graded.stderr, graded.stderr
+    published = course_command("publish", str(out.parent / "again"))
+    assert published.returncode == 2 and "нет solutions/" in published.stderr, published.stderr
