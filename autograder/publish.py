@@ -128,8 +128,7 @@ def student_pyproject(root: Path = course.ROOT) -> str:
     """The package as students install it: this repository's project, its base dependencies and
     the gpu extra, without the dev extra and the test settings."""
     project = _project(root)
-    strings = lambda items: "".join(f"    {json.dumps(item, ensure_ascii=False)},\n" for item in items)  # noqa: E731
-    extras = "".join(f"{name} = [\n{strings(items)}]\n" for name, items in project["optional-dependencies"].items()
+    extras = "".join(f"{name} = {_toml_list(items)}\n" for name, items in project["optional-dependencies"].items()
                      if name != "dev")
     scripts = "".join(f"{name} = {json.dumps(entry)}\n" for name, entry in project["scripts"].items())
     return (
@@ -143,11 +142,16 @@ def student_pyproject(root: Path = course.ROOT) -> str:
         f"description = {json.dumps(project['description'], ensure_ascii=False)}\n"
         'readme = "README.md"\n'
         f"requires-python = {json.dumps(project['requires-python'])}\n"
-        f"dependencies = [\n{strings(project['dependencies'])}]\n\n"
+        f"dependencies = {_toml_list(project['dependencies'])}\n\n"
         f"[project.optional-dependencies]\n{extras}\n"
         f"[project.scripts]\n{scripts}\n"
         "[tool.setuptools.packages.find]\n"
         'include = ["autograder*"]\n')
+
+
+def _toml_list(items: list[str]) -> str:
+    """A TOML array of strings, one a line (a JSON string is a TOML basic string)."""
+    return "[\n" + "".join(f"    {json.dumps(item, ensure_ascii=False)},\n" for item in items) + "]"
 
 
 def student_environment(root: Path = course.ROOT) -> str:
