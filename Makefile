@@ -14,23 +14,24 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-## lab: start JupyterLab on the course (student notebooks in notebooks/),
-##      e.g. make lab PORT=8890 NO_BROWSER=1 TOKEN=secret   (INSTRUCTOR=1: with nbgrader's formgrader)
+## lab: start JupyterLab on the student notebooks (notebooks/ is its root: solutions/ is out of reach),
+##      e.g. make lab PORT=8890 NO_BROWSER=1 TOKEN=secret   (INSTRUCTOR=1: the course root, with nbgrader's formgrader)
 # Jupyter settings of the course live in .jupyter/ (the config dir of this lab): Russian UI, no news
 # toast (labconfig/default_setting_overrides.json), the Validate dialog wraps long lines
 # (custom/custom.css); for students, nbgrader's exchange and instructor panels are off
 # (student/labconfig/page_config.json); jupytext (a build tool of `make release`) adds nothing to
 # the lab (labconfig/page_config.json, jupyter_server_config.json). What the lab saves goes to
-# .jupyter/lab/ (git-ignored).
+# .jupyter/lab/ (git-ignored). The published student repository's Makefile (student/Makefile)
+# starts the same lab.
 PORT       ?=
 NO_BROWSER ?=
 TOKEN      ?=
-LAB_ROOT   ?= $(CURDIR)
 INSTRUCTOR ?=
+LAB_ROOT   ?= $(if $(INSTRUCTOR),$(CURDIR),$(CURDIR)/notebooks)
 lab: $(VENV)/.installed
 	JUPYTER_CONFIG_DIR="$(CURDIR)/.jupyter" JUPYTER_CONFIG_PATH="$(if $(INSTRUCTOR),,$(CURDIR)/.jupyter/student)" \
 	"$(CURDIR)/$(BIN)/jupyter" lab --LabApp.custom_css=True --ServerApp.root_dir="$(LAB_ROOT)" \
-	  --LabApp.default_url=/lab/tree/notebooks $(if $(PORT),--ServerApp.port=$(PORT)) \
+	  --LabApp.default_url=$(if $(INSTRUCTOR),/lab/tree/notebooks,/lab) $(if $(PORT),--ServerApp.port=$(PORT)) \
 	  $(if $(filter-out 0 no false,$(NO_BROWSER)),--no-browser) $(if $(TOKEN),--IdentityProvider.token="$(TOKEN)") \
 	  $(if $(filter 0,$(shell id -u)),--allow-root,)
 

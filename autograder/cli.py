@@ -7,6 +7,8 @@
     course autograde [LESSON ...]  instructor: autograde submitted/ with N processes, one gradebook writer
     course merge FOLDER [LESSON ...]   record an autograded/ folder from another machine
     course report [LESSON ...]     instructor: the class report (one HTML page)
+    course publish OUT [--repository URL]   the students' repository: no answer, no hidden test
+    course check [LESSON ...]      student: the environment and the visible checks of each notebook
 """
 from __future__ import annotations
 
@@ -75,6 +77,10 @@ def cmd_check_release(args) -> int:
 
 def cmd_grade(args) -> int:
     path = Path(args.notebook).resolve()
+    if not (course.ROOT / course.SOLUTIONS).is_dir():
+        print("Скрытых тестов здесь нет: они есть только у преподавателя. Видимые проверки всех уроков "
+              "запускает make test (course check).", file=sys.stderr)
+        return 2
     lesson = args.lesson or path.stem
     if lesson not in course.lessons():
         close = [known for known in course.lessons() if path.stem.startswith(known)]
@@ -139,6 +145,20 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_publish(args) -> int:
+    from . import gpu, publish
+
+    written = publish.publish(Path(args.out), args.repository or gpu.COURSE_REPOSITORY)
+    print(f"Репозиторий студентов записан в {Path(args.out).resolve()}: {', '.join(p.name for p in written)}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from . import selfcheck
+
+    return selfcheck.main(args.lesson or None, Path(args.notebooks))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -172,6 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     _selection(p)
     p.add_argument("--out", default="class_report.html", help="куда записать HTML")
     p.set_defaults(run=cmd_report)
+    p = sub.add_parser("publish", help="write the students' repository (no answers, no hidden tests)")
+    p.add_argument("out", help="папка репозитория студентов (например, его клон)")
+    p.add_argument("--repository", help="адрес репозитория студентов на GitHub (по умолчанию "
+                                        "autograder/gpu.py: COURSE_REPOSITORY)")
+    p.set_defaults(run=cmd_publish)
+    p = sub.add_parser("check", help="student: the environment and every notebook's visible checks")
+    p.add_argument("lesson", nargs="*", help="уроки (по умолчанию все)")
+    p.add_argument("--notebooks", default="notebooks", help="папка с уроками (по умолчанию notebooks)")
+    p.set_defaults(run=cmd_check)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -24,8 +24,10 @@ try:  # imported before any student code runs (the worker imports the check modu
 except Exception:  # no CuPy (laptops, CI): compile checks still run, GPU checks say "нужен GPU"
     _cp = None
 
-#: The course repository: the "Open in Colab" links and the notebooks' install cell are built
-#: from it.  MAINTAINERS: set it to the real repository before publishing the course.
+#: The students' repository of the course (what `course publish` writes is pushed there): the
+#: notebooks' install cell and "Open in Colab" links point to it.  The one place of this address:
+#: `course publish OUT --repository URL` writes another one into the published copy (notebooks,
+#: this constant, README), so the course's own notebooks keep this one.
 COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
 
 #: Set to e.g. "75" to build every CuPy kernel as compute_75 PTX, JIT-compiled by the driver of a newer
@@ -33,9 +35,9 @@ COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
 FORCE_PTX_ENV = "AUTOGRADER_FORCE_PTX_ARCH"
 
 
-def colab_url(lesson: str, branch: str = "main") -> str:
+def colab_url(lesson: str, branch: str = "main", repository: str | None = None) -> str:
     """The "Open in Colab" address of a student notebook in the course repository."""
-    path = COURSE_REPOSITORY.removeprefix("https://github.com/")
+    path = (repository or COURSE_REPOSITORY).removeprefix("https://github.com/")
     return f"https://colab.research.google.com/github/{path}/blob/{branch}/notebooks/{lesson}/{lesson}.ipynb"
 
 
