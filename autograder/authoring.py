@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import copy
 
-import jupytext
+try:  # an author's tool (the dev extra): a student's or instructor's base install has no jupytext
+    import jupytext
+except ImportError as error:
+    raise ImportError("для course release, check-release и lesson-text нужен jupytext (инструмент автора "
+                      "курса): pip install -e '.[dev]' (make делает это сам)") from error
 import nbformat
 
 #: jupytext's percent format with a header of the notebook metadata the lessons use, and

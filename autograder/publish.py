@@ -34,8 +34,8 @@ from . import course, gpu
 #: The templates of the student repository's own files (README.md: {{COLAB_LINKS}} is filled in).
 TEMPLATES = "student"
 #: What the student's lab needs of .jupyter/ (the rest there is the instructor's own lab state).
-LAB_SETTINGS = ("labconfig/default_setting_overrides.json", "custom/custom.css",
-                "student/labconfig/page_config.json")
+LAB_SETTINGS = ("labconfig/default_setting_overrides.json", "labconfig/page_config.json", "custom/custom.css",
+                "jupyter_server_config.json", "student/labconfig/page_config.json")
 #: Every top-level path that publish writes (and replaces in OUT).
 PUBLISHED = ("notebooks", "autograder", ".jupyter", "pyproject.toml", "environment.yml",
              "README.md", "Makefile", ".gitignore")

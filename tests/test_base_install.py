@@ -79,7 +79,7 @@ def imported_modules() -> dict[str, str]:
     """Top-level modules that autograder/*.py import at module level or in a function, except in a
     ``try`` (optional: CuPy, torch, older cuda-python): module -> the first file importing it."""
     found = {}
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         optional = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try) for b in t.body for n in ast.walk(b)}
         for node in ast.walk(tree):

@@ -50,7 +50,9 @@ def test_the_published_tree_is_the_students_repository_and_nothing_else(out):
     lessons = course.lessons()
     assert [p.name for p in sorted((out / "notebooks").iterdir())] == lessons
     assert files(out / "notebooks") == [f"{lesson}/{lesson}.ipynb" for lesson in lessons]
-    assert files(out / "autograder") == sorted(p.name for p in (course.ROOT / "autograder").glob("*.py"))
+    package = course.ROOT / "autograder"
+    assert files(out / "autograder") == sorted(str(p.relative_to(package)) for p in package.rglob("*")
+                                               if p.is_file() and "__pycache__" not in p.parts)
     assert files(out / ".jupyter") == sorted(publish.LAB_SETTINGS)
     names = {part for path in files(out) for part in Path(path).parts}
     assert not names & {"solutions", "source", "tests", "benchmarks", "gradebook.db", "nbgrader_config.py",
