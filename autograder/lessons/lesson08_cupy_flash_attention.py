@@ -119,8 +119,8 @@ def causal(flash_attention_gpu, cases=CAUSAL):
 def large_logits(flash_attention_gpu, cases=LARGE):
     errors = [_check_case(flash_attention_gpu, c, causal=c.get("causal", False),
                           atol=LARGE_TOLERANCE, rtol=LARGE_TOLERANCE,
-                          hint="без вычитания текущего максимума m экспонента логитов ~100·√d переполняет "
-                               "float32 (inf/inf = NaN): считайте exp(s − m_new)") for c in cases]
+                          hint="без вычитания текущего максимума m экспонента логитов порядка сотен (Q·100, "
+                               "делённое на √d) переполняет float32 (inf/inf = NaN): считайте exp(s − m_new)") for c in cases]
     return f"макс. ошибка {max(errors):.2e} (допуск {LARGE_TOLERANCE:g}: ошибка float32 растёт с логитами)"
 
 
