@@ -44,8 +44,8 @@ def notebook_from_text(text: str, name: str = "lesson") -> nbformat.NotebookNode
     for index, cell in enumerate(nb.cells):
         cell.id = str(cell.metadata.pop("id", None) or default_cell_id(cell, index))
         if cell.id in seen:
-            raise ValueError(f"{name}: cells {seen[cell.id]} and {index} have the same id {cell.id!r}; "
-                             f"give one of them another id=\"...\" in its # %% line")
+            raise ValueError(f"{name}: у ячеек {seen[cell.id]} и {index} один и тот же id {cell.id!r}; "
+                             f"дайте одной из них другой id=\"...\" в её строке # %%")
         seen[cell.id] = index
     nbformat.validate(nb)
     return nb

@@ -1,14 +1,14 @@
-"""``course``: the course's command line, one subcommand per action.
+"""course — команды курса (модуль 07 «Слитые операторы и FlashAttention»).
 
-    course release [LESSON ...]    build solutions/ from lessons/*.py, then notebooks/ (nbgrader)
-    course check-release           fail when solutions/ or notebooks/ is stale or a notebook carries outputs
-    course lesson-text LESSON ...  write lessons/LESSON.py from solutions/ (a notebook edited in JupyterLab)
-    course grade NOTEBOOK          self-study: grade one notebook with the full hidden tests
-    course autograde [LESSON ...]  instructor: autograde submitted/ with N processes, one gradebook writer
-    course merge FOLDER [LESSON ...]   record an autograded/ folder from another machine
-    course report [LESSON ...]     instructor: the class report (one HTML page)
-    course publish OUT [--repository URL]   the students' repository: no answer, no hidden test
-    course check [LESSON ...]      student: the environment and the visible checks of each notebook
+    course release [УРОК ...]      собрать solutions/ из lessons/*.py, затем notebooks/ (nbgrader)
+    course check-release           ошибка, если solutions/ или notebooks/ устарели или ноутбук хранит выводы
+    course lesson-text УРОК ...    записать lessons/УРОК.py из solutions/ (ноутбук правили в JupyterLab)
+    course grade НОУТБУК           самостоятельно: проверить один ноутбук со всеми скрытыми тестами
+    course autograde [УРОК ...]    преподавателю: проверить submitted/ в N процессах, один писатель gradebook
+    course merge ПАПКА [УРОК ...]  записать в gradebook папку autograded/, проверенную на другой машине
+    course report [УРОК ...]       преподавателю: отчёт по классу (одна HTML-страница)
+    course publish ПАПКА [--repository URL]   репозиторий студентов: без решений и скрытых тестов
+    course check [УРОК ...]        студенту: окружение и видимые проверки каждого ноутбука
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from . import course  # noqa: E402
 
 def cmd_release(args) -> int:
     for path in course.release(only=args.lesson or None):
-        print(f"written {path.relative_to(course.ROOT)}")
+        print(f"записан {path.relative_to(course.ROOT)}")
     return 0
 
 
@@ -40,15 +40,15 @@ def cmd_lesson_text(args) -> int:
 
     for lesson in args.lesson:
         if lesson not in course.lessons():
-            raise ValueError(f"no lesson {lesson!r} in solutions/: {', '.join(course.lessons())}")
+            raise ValueError(f"урока {lesson!r} нет в solutions/; есть: {', '.join(course.lessons())}")
         target = course.text_source(lesson)
         if target.exists() and not args.force:
-            print(f"{target.relative_to(course.ROOT)} exists: --force overwrites it", file=sys.stderr)
+            print(f"{target.relative_to(course.ROOT)} уже есть: --force перезапишет его", file=sys.stderr)
             return 1
         nb = nbformat.read(course.source_notebook(lesson), as_version=4)
         target.parent.mkdir(exist_ok=True)
         target.write_text(text_from_notebook(nb), encoding="utf-8")
-        print(f"written {target.relative_to(course.ROOT)}")
+        print(f"записан {target.relative_to(course.ROOT)}")
     return 0
 
 
@@ -64,14 +64,14 @@ def notebooks_with_outputs(root: Path = course.ROOT) -> list[str]:
 
 
 def cmd_check_release(args) -> int:
-    problems = course.stale_release() + [f"{n} carries outputs" for n in notebooks_with_outputs()]
+    problems = course.stale_release() + [f"{n}: в ноутбуке сохранены выводы" for n in notebooks_with_outputs()]
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
-        print("lessons are edited in lessons/NN_name.py: run `make release` (or `course release LESSON`) "
-              "and commit lessons/, solutions/ and notebooks/ (notebooks without outputs)", file=sys.stderr)
+        print("уроки правят в lessons/NN_имя.py: выполните `make release` (или `course release УРОК`) и "
+              "закоммитьте lessons/, solutions/ и notebooks/ (ноутбуки без выводов)", file=sys.stderr)
         return 1
-    print("solutions/ and notebooks/ are built from lessons/ and no notebook carries outputs")
+    print("solutions/ и notebooks/ собраны из lessons/, ни один ноутбук не хранит выводов")
     return 0
 
 
@@ -163,20 +163,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("release", help="build solutions/ from lessons/*.py, then notebooks/ from solutions/")
+    p = sub.add_parser("release", help="собрать solutions/ из lessons/*.py, затем notebooks/ из solutions/")
     p.add_argument("lesson", nargs="*")
     p.set_defaults(run=cmd_release)
-    p = sub.add_parser("check-release", help="fail when solutions/ or notebooks/ is stale or has outputs")
+    p = sub.add_parser("check-release", help="ошибка, если solutions/ или notebooks/ устарели или хранят выводы")
     p.set_defaults(run=cmd_check_release)
-    p = sub.add_parser("lesson-text", help="write lessons/LESSON.py from solutions/LESSON/LESSON.ipynb")
+    p = sub.add_parser("lesson-text", help="записать lessons/УРОК.py из solutions/УРОК/УРОК.ipynb")
     p.add_argument("lesson", nargs="+")
-    p.add_argument("--force", action="store_true", help="overwrite an existing lessons/LESSON.py")
+    p.add_argument("--force", action="store_true", help="перезаписать существующий lessons/УРОК.py")
     p.set_defaults(run=cmd_lesson_text)
-    p = sub.add_parser("grade", help="grade one notebook with the full hidden tests")
+    p = sub.add_parser("grade", help="проверить один ноутбук со всеми скрытыми тестами")
     p.add_argument("notebook")
-    p.add_argument("--lesson", help="lesson id when the file name differs")
+    p.add_argument("--lesson", help="урок, если имя файла другое")
     p.set_defaults(run=cmd_grade)
-    p = sub.add_parser("autograde", help="autograde all submissions with N processes and a progress bar")
+    p = sub.add_parser("autograde", help="проверить все сданные работы в N процессах")
     _selection(p)
     p.add_argument("--workers", type=int, help="процессов (по умолчанию — число ядер)")
     p.add_argument("--force", action="store_true", help="перепроверить и уже проверенные работы")
@@ -184,20 +184,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard", type=_shard, help="K/M: только K-я из M частей работ (для нескольких машин)")
     p.add_argument("--gpus", help="номера GPU через запятую: каждому процессу свой GPU")
     p.set_defaults(run=cmd_autograde)
-    p = sub.add_parser("merge", help="record notebooks autograded on another machine")
+    p = sub.add_parser("merge", help="записать работы, проверенные на другой машине")
     p.add_argument("folder", help="папка autograded/ с другой машины")
     _selection(p)
     p.set_defaults(run=cmd_merge)
-    p = sub.add_parser("report", help="the class report: one HTML page")
+    p = sub.add_parser("report", help="отчёт по классу: одна HTML-страница")
     _selection(p)
     p.add_argument("--out", default="class_report.html", help="куда записать HTML")
     p.set_defaults(run=cmd_report)
-    p = sub.add_parser("publish", help="write the students' repository (no answers, no hidden tests)")
+    p = sub.add_parser("publish", help="записать репозиторий студентов (без решений и скрытых тестов)")
     p.add_argument("out", help="папка репозитория студентов (например, его клон)")
     p.add_argument("--repository", help="адрес репозитория студентов на GitHub (по умолчанию "
                                         "autograder/gpu.py: COURSE_REPOSITORY)")
     p.set_defaults(run=cmd_publish)
-    p = sub.add_parser("check", help="student: the environment and every notebook's visible checks")
+    p = sub.add_parser("check", help="студенту: окружение и видимые проверки каждого ноутбука")
     p.add_argument("lesson", nargs="*", help="уроки (по умолчанию все)")
     p.add_argument("--notebooks", default="notebooks", help="папка с уроками (по умолчанию notebooks)")
     p.set_defaults(run=cmd_check)

@@ -103,7 +103,7 @@ def build_source_notebook(lesson: str, root: Path = ROOT) -> Path:
 
     text = text_source(lesson, root)
     if not text.exists():
-        raise ValueError(f"no text source {TEXT_SOURCES}/{lesson}.py for lesson {lesson}")
+        raise ValueError(f"у урока {lesson} нет исходника {TEXT_SOURCES}/{lesson}.py")
     nb = notebook_from_text(text.read_text(encoding="utf-8"), name=f"{TEXT_SOURCES}/{lesson}.py")
     path = source_notebook(lesson, root)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -131,22 +131,22 @@ def stale_release(root: Path = ROOT) -> list[str]:
         shutil.copytree(root / TEXT_SOURCES, course / TEXT_SOURCES)
         release(course)
         for lesson in sources:
-            redo = f"run `make release` (a lesson is edited in {TEXT_SOURCES}/{lesson}.py, never in its notebooks)"
+            redo = f"выполните `make release` (урок правят в {TEXT_SOURCES}/{lesson}.py, а не в ноутбуках)"
             for fresh, committed in ((source_notebook(lesson, course), source_notebook(lesson, root)),
                                      (student_notebook(lesson, course), student_notebook(lesson, root))):
                 name = committed.relative_to(root)
                 if not committed.exists():
-                    problems.append(f"{lesson}: {name} is missing: run `make release`")
+                    problems.append(f"{lesson}: нет {name}: выполните `make release`")
                 elif not filecmp.cmp(fresh, committed, shallow=False):
-                    problems.append(f"{lesson}: {name} is not what {TEXT_SOURCES}/{lesson}.py builds: {redo}")
+                    problems.append(f"{lesson}: {name} не совпадает с тем, что собирается из {TEXT_SOURCES}/{lesson}.py: {redo}")
             built = {p.name for p in (course / RELEASE / lesson).iterdir()}
             committed_files = {p.name for p in (root / RELEASE / lesson).glob("*") if not p.name.startswith(".")}
-            problems += [f"{lesson}: {RELEASE}/{lesson}/{name} is not built by `make release`"
+            problems += [f"{lesson}: {RELEASE}/{lesson}/{name} не собирается `make release` (лишний файл)"
                          for name in sorted(committed_files - built)]
-    problems += [f"{name}: {SOLUTIONS}/{name} has no text source {TEXT_SOURCES}/{name}.py"
+    problems += [f"{name}: у {SOLUTIONS}/{name} нет исходника {TEXT_SOURCES}/{name}.py"
                  for name in lessons(root) if name not in sources]
     released = {p.parent.name for p in (root / RELEASE).glob("*/*.ipynb")}
-    problems += [f"{name}: {RELEASE}/{name} has no text source {TEXT_SOURCES}/{name}.py"
+    problems += [f"{name}: у {RELEASE}/{name} нет исходника {TEXT_SOURCES}/{name}.py"
                  for name in sorted(released - set(sources))]
     return problems
 

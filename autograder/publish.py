@@ -116,7 +116,7 @@ def _copy_package(source: Path, target: Path, repository: str) -> None:
     text, count = re.subn(r'^COURSE_REPOSITORY = ".*"$', f'COURSE_REPOSITORY = "{repository}"',
                           constants.read_text(encoding="utf-8"), flags=re.MULTILINE)
     if count != 1:
-        raise RuntimeError(f"{constants}: no single COURSE_REPOSITORY line to set")
+        raise RuntimeError(f"{constants}: нет единственной строки COURSE_REPOSITORY, которую можно заменить")
     constants.write_text(text, encoding="utf-8")
 
 

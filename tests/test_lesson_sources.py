@@ -65,7 +65,7 @@ def test_cell_ids_and_metadata_survive_the_text_form():
 
 def test_two_cells_with_one_id_are_an_error_naming_the_file():
     text = '# %% [markdown] id="cell-1"\n# Текст\n\n# %%\nx = 1\n'
-    with pytest.raises(ValueError, match=r"lessons/99_x\.py: cells 0 and 1 have the same id 'cell-1'"):
+    with pytest.raises(ValueError, match=r"lessons/99_x\.py: у ячеек 0 и 1 один и тот же id 'cell-1'"):
         authoring.notebook_from_text(text, name="lessons/99_x.py")
 
 
@@ -87,8 +87,8 @@ def test_check_release_fails_on_a_hand_edited_solutions_notebook(small_course):
     nb.cells[0].source += "\nПравка прямо в ноутбуке."
     nbformat.write(nb, path)
     assert course.stale_release(small_course) == [
-        f"{SMALL}: solutions/{SMALL}/{SMALL}.ipynb is not what lessons/{SMALL}.py builds: "
-        f"run `make release` (a lesson is edited in lessons/{SMALL}.py, never in its notebooks)"]
+        f"{SMALL}: solutions/{SMALL}/{SMALL}.ipynb не совпадает с тем, что собирается из lessons/{SMALL}.py: "
+        f"выполните `make release` (урок правят в lessons/{SMALL}.py, а не в ноутбуках)"]
 
 
 def test_check_release_fails_on_an_edited_text_source_until_it_is_released(small_course):
@@ -97,9 +97,9 @@ def test_check_release_fails_on_an_edited_text_source_until_it_is_released(small
                       encoding="utf-8")
     problems = course.stale_release(small_course)
     assert [p.split(":")[:2] for p in problems] == [
-        [SMALL, f" solutions/{SMALL}/{SMALL}.ipynb is not what lessons/{SMALL}.py builds"],
-        [SMALL, f" notebooks/{SMALL}/{SMALL}.ipynb is not what lessons/{SMALL}.py builds"]]
-    assert all("run `make release`" in p for p in problems)
+        [SMALL, f" solutions/{SMALL}/{SMALL}.ipynb не совпадает с тем, что собирается из lessons/{SMALL}.py"],
+        [SMALL, f" notebooks/{SMALL}/{SMALL}.ipynb не совпадает с тем, что собирается из lessons/{SMALL}.py"]]
+    assert all("выполните `make release`" in p for p in problems)
     course.release(small_course)
     assert course.stale_release(small_course) == []
     for built_notebook in (course.source_notebook(SMALL, small_course), course.student_notebook(SMALL, small_course)):
@@ -116,4 +116,4 @@ def test_no_text_source_reaches_the_student_release(small_course):
     assert committed == [f"notebooks/{n}/{n}.ipynb" for n in LESSONS]
     shutil.copy(course.text_source(SMALL), small_course / course.RELEASE / SMALL / f"{SMALL}.py")
     assert course.stale_release(small_course) == [
-        f"{SMALL}: notebooks/{SMALL}/{SMALL}.py is not built by `make release`"]
+        f"{SMALL}: notebooks/{SMALL}/{SMALL}.py не собирается `make release` (лишний файл)"]
