@@ -142,6 +142,16 @@ def lesson_checks(lesson: str) -> dict[str, Check]:
     return {k: v for k, v in sorted(_REGISTRY.items()) if k.startswith(prefix + ".")}
 
 
+def plural(count: int, one: str, few: str, many: str) -> str:
+    """The Russian form for ``count``: plural(4, "оператор", "оператора", "операторов") -> "оператора"."""
+    tens, units = count % 100, count % 10
+    if units == 1 and tens != 11:
+        return one
+    if 2 <= units <= 4 and not 12 <= tens <= 14:
+        return few
+    return many
+
+
 def format_points(points: float) -> str:
     return str(int(points)) if float(points).is_integer() else f"{points:g}"
 

@@ -536,7 +536,7 @@ def quantize_per_block(x, block):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_lesson10_quantize_per_block", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: FP8 e4m3: своя шкала для каждого блока строк (2 б.)
+# Проверка: FP8 e4m3: свой масштаб для каждого блока строк (2 б.)
 from autograder import grade
 grade('lesson10.quantize_per_block', quantize_per_block)
 ### BEGIN HIDDEN TESTS
@@ -544,7 +544,7 @@ grade('lesson10.quantize_per_block', quantize_per_block, cases=[{'n': 333, 'd': 
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_lesson10_block_beats_tensor", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: На выбросах поблочная шкала точнее одной на тензор (1 б.)
+# Проверка: На выбросах поблочный масштаб точнее одного на тензор (1 б.)
 from autograder import grade
 grade('lesson10.block_beats_tensor', quantize_per_block)
 ### BEGIN HIDDEN TESTS
@@ -564,7 +564,7 @@ xq, s = quantize_per_tensor(x)
 tensor_err = np.linalg.norm(dequantize(xq, s)[:128] - x[:128]) / np.linalg.norm(x[:128])
 xq, s = quantize_per_block(x, 128)
 block_err = np.linalg.norm(dequantize(xq, s, 128)[:128] - x[:128]) / np.linalg.norm(x[:128])
-print(f"относительная ошибка обычного блока: одна шкала {tensor_err:.3f}, шкала на блок {block_err:.3f}")
+print(f"относительная ошибка обычного блока: один масштаб {tensor_err:.3f}, масштаб на блок {block_err:.3f}")
 
 
 # %% [markdown]
@@ -655,7 +655,7 @@ reference = attention32(Q, K, V)             # float64: входы из outlier_
 errors = {(block, had): fp8_error(Q, K, V, reference, block, 5 if had else None)
           for block in (False, True) for had in (False, True)}
 for (block, had), error in errors.items():
-    label = ("шкала на блок" if block else "шкала на тензор") + (" + Адамар" if had else "")
+    label = ("масштаб на блок" if block else "масштаб на тензор") + (" + Адамар" if had else "")
     print(f"{label:<24} RMSE {error:.2e}")
 print(f"базовый FP8 / FA3: {errors[False, False] / errors[True, True]:.2f}x  (в статье 2.6x)")
 

@@ -80,3 +80,12 @@ def test_every_check_has_points_title_and_a_lesson_prefix():
     assert checks
     for check_id, check in checks.items():
         assert check_id.split(".")[0].startswith("lesson") and check.points > 0 and check.title
+
+
+def test_russian_plural_forms():
+    from autograder.core import plural
+
+    forms = ("оператор", "оператора", "операторов")
+    assert [plural(n, *forms) for n in (1, 2, 4, 5, 11, 12, 14, 21, 22, 25, 101, 111, 104)] == [
+        "оператор", "оператора", "оператора", "операторов", "операторов", "операторов", "операторов",
+        "оператор", "оператора", "операторов", "оператор", "операторов", "оператора"]

@@ -15,7 +15,7 @@ import numpy.ma  # noqa: F401  imported by matplotlib when the student's plot fu
 import numpy.typing  # noqa: F401  first, so that their import-time introspection of numpy is the grader's
 
 from .. import reference
-from ..core import CheckFailed, call_student, check, describe_case
+from ..core import CheckFailed, call_student, check, describe_case, plural
 from ..mistakes import failure
 from ..scalars import expect_number, fmt, is_number
 
@@ -481,7 +481,7 @@ def _grade_axes(axes, gpu, ops, case) -> str:
         if not any(name in text for text in labels):
             raise CheckFailed(f"Точка «{name}» на месте, но не подписана ({case}). Передайте label=name "
                               "в scatter/plot (и вызовите legend) или подпишите её через ax.annotate(name, ...).")
-    return f"{gpu}: крыша с изломом в I = {ridge:.0f} FLOP/байт и {len(ops)} операторов на своих местах"
+    return f"{gpu}: крыша с изломом в I = {ridge:.0f} FLOP/байт и {len(ops)} {plural(len(ops), 'оператор', 'оператора', 'операторов')} на своих местах"
 
 
 @check("lesson01.roofline_plot", points=3, title="График roofline: координаты крыши и точек")

@@ -272,7 +272,7 @@ def run_program(Q, K, V, program, Bc=64):
     scale = np.float32(amax / 448)
     n_blocks = -(-x.shape[0] // block)
     return (x / scale).astype(F8), np.full(n_blocks, scale, np.float32)
-"""), {"lesson10.quantize_per_block", "lesson10.block_beats_tensor"}, says="одна шкала на весь тензор"),
+"""), {"lesson10.quantize_per_block", "lesson10.block_beats_tensor"}, says="один масштаб на весь тензор"),
     wrong("quantized_to_e5m2", quantize("""
     n_blocks = -(-x.shape[0] // block)
     scales = np.ones(n_blocks, np.float32)

@@ -70,7 +70,7 @@ def _student_quantized(quantize_per_block, x, block, case):
     return xq, scales
 
 
-@check("lesson10.quantize_per_block", points=2, title="FP8 e4m3: своя шкала для каждого блока строк")
+@check("lesson10.quantize_per_block", points=2, title="FP8 e4m3: свой масштаб для каждого блока строк")
 def quantize_per_block(quantize_per_block, cases=(
         {"n": 256, "d": 64, "block": 64, "seed": 0},
         {"n": 200, "d": 32, "block": 64, "seed": 1, "zero_block": 1})):
@@ -84,24 +84,24 @@ def quantize_per_block(quantize_per_block, cases=(
                         dtype=np.float64)
         zero = amax == 0
         if zero.any() and not (np.all(np.isfinite(scales[zero])) and np.all(scales[zero] > 0)):
-            raise CheckFailed(f"у блока из одних нулей шкала {scales[zero][0]!r} ({case}): деление на неё даст "
+            raise CheckFailed(f"у блока из одних нулей масштаб {scales[zero][0]!r} ({case}): деление на него даст "
                               "NaN. Для amax = 0 возьмите scale = 1.")
         bad = ~zero & ~np.isclose(scales, expected, rtol=1e-5, atol=0)
         if bad.any():
             b = int(np.argmax(bad))
             global_scale = np.abs(x).max() / E4M3_MAX
             if np.allclose(scales[~zero], global_scale, rtol=1e-5):
-                why = "одна шкала на весь тензор (amax всего x / 448), а нужна своя для каждого блока"
+                why = "один масштаб на весь тензор (amax всего x / 448), а нужен свой для каждого блока"
             elif np.allclose(scales[~zero], E4M3_MAX / amax[~zero], rtol=1e-5):
-                why = "шкала перевёрнута: 448 / amax вместо amax / 448"
+                why = "масштаб перевёрнут: 448 / amax вместо amax / 448"
             elif np.allclose(scales[~zero], amax[~zero] / 57344.0, rtol=1e-5):
                 why = "взят максимум e5m2 (57344), а у e4m3fn максимум 448"
             elif np.allclose(scales[~zero], amax[~zero], rtol=1e-5):
-                why = "шкала = amax: значения x / scale не используют диапазон e4m3 до 448"
+                why = "масштаб = amax: значения x / scale не используют диапазон e4m3 до 448"
             else:
                 why = None
             raise failure(
-                f"шкала блока {b} равна {scales[b]:.6g}, ожидалась amax / 448 = {expected[b]:.6g} ({case}).", why,
+                f"масштаб блока {b} равен {scales[b]:.6g}, ожидалась amax / 448 = {expected[b]:.6g} ({case}).", why,
                 otherwise="Подсказка: блок — это строки [b·block, (b+1)·block); amax — максимум |x| по блоку.")
         rows_scale = np.repeat(scales, c["block"])[:x.shape[0], None]
         with np.errstate(all="ignore"):
@@ -110,14 +110,14 @@ def quantize_per_block(quantize_per_block, cases=(
         if not np.all(np.isfinite(got)):
             index = tuple(int(i) for i in np.argwhere(~np.isfinite(got))[0])
             raise CheckFailed(f"x_q содержит NaN в позиции {index} ({case}): у e4m3fn нет бесконечности, "
-                              "всё больше ~464 превращается в NaN. Делите на шкалу блока, а не умножайте.")
+                              "всё больше ~464 превращается в NaN. Делите на масштаб блока, а не умножайте.")
         allowed = np.maximum(2.0 ** -3 * np.abs(scaled), 2.0 ** -9) + 1e-12
         wrong = np.abs(got - scaled) > allowed
         if wrong.any():
             index = tuple(int(i) for i in np.argwhere(wrong)[0])
             raise CheckFailed(f"x_q[{index}] = {got[index]:g}, а x / scale = {scaled[index]:g}: больше одного шага "
                               f"e4m3 ({case}). Подсказка: x_q = (x_блока / scale_блока).astype(float8_e4m3fn).")
-    return "шкалы и значения совпали с e4m3 для всех блоков"
+    return "масштабы и значения совпали с e4m3 для всех блоков"
 
 
 def _block_errors(x, deq, block) -> np.ndarray:
@@ -129,7 +129,7 @@ def _block_errors(x, deq, block) -> np.ndarray:
     return np.array(errors)
 
 
-@check("lesson10.block_beats_tensor", points=1, title="На выбросах поблочная шкала точнее одной на тензор")
+@check("lesson10.block_beats_tensor", points=1, title="На выбросах поблочный масштаб точнее одного на тензор")
 def block_beats_tensor(quantize_per_block, cases=(
         {"n": 256, "d": 64, "block": 64, "seed": 20, "low": 1.0, "high": 1.0, "outlier_block": 1,
          "outlier": 3e4},)):
@@ -144,9 +144,9 @@ def block_beats_tensor(quantize_per_block, cases=(
         err_tensor = _block_errors(x, deq_tensor, c["block"]).max()
         if not np.isfinite(err_block) or err_block > 0.5 * err_tensor:
             raise CheckFailed(
-                f"худшая относительная ошибка блока: поблочно {err_block:.3g}, одна шкала на тензор "
+                f"худшая относительная ошибка блока: поблочно {err_block:.3g}, один масштаб на тензор "
                 f"{err_tensor:.3g} ({case}); поблочная должна быть хотя бы вдвое меньше.\n"
-                "Подсказка: при одной шкале блок-выброс задаёт amax, и обычные строки попадают в "
+                "Подсказка: при одном масштабе блок-выброс задаёт amax, и обычные строки попадают в "
                 "субнормальные числа e4m3 (шаг 2^-9), где теряется точность. Шкала на блок это исправляет.")
     return f"худшая ошибка блока: поблочно {err_block:.3g}, на тензор {err_tensor:.3g}"
 
