@@ -5,8 +5,10 @@ Two parts; neither changes the student's files:
 * the environment: this Python and every base dependency of the installed ``autograder``
   distribution at its pinned version and importable;
 * each lesson: its notebook run top to bottom in a fresh kernel (a copy in memory, in the
-  notebook's folder), as the Validate button does, and the verdict of every check of the lesson
-  read from the cell that calls it: the visible checks only (the hidden ones are the instructor's).
+  notebook's folder) by the same Execute step as ``nbgrader autograde`` (:class:`IsolatedExecute`:
+  a test cell's checks run from this process, a dead kernel is restarted), and the verdict of every
+  check of the lesson read as data from the cell that calls it (:mod:`autograder.verdicts`): the
+  visible checks only (the hidden ones are the instructor's).
 
 A notebook is the student's to edit: nothing is compared with the released one.  A deleted check
 cell is reported as such, an added cell is just run.  The exit status is 1 only when the environment
@@ -18,21 +20,17 @@ import dataclasses
 import importlib
 import importlib.metadata
 import platform
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import DeadKernelError
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from .core import FAIL_MARK, PASS_MARK, SKIP_MARK, Check, all_checks, format_points
+from . import verdicts as verdicts_module
 from .cells import parse_grade_cell
-from .nbgrader_ext import FAILED_PREFIX
+from .core import FAIL_MARK, PASS_MARK, SKIP_MARK, Check, all_checks, format_points
 
 DISTRIBUTION = "autograder"
 CELL_TIMEOUT_S = 120
@@ -136,14 +134,17 @@ def lesson_checks(lesson: str) -> list[Check]:
 
 
 def run_notebook(path: Path, timeout_s: float = CELL_TIMEOUT_S) -> tuple[nbformat.NotebookNode, str]:
-    """The notebook executed in memory in its own folder, and what stopped it ("" when nothing did)."""
+    """The notebook executed in memory in its own folder, as autograde executes it, and what stopped
+    it ("" when nothing did)."""
+    from .nbgrader_ext import GraderError, IsolatedExecute
+
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout_s, interrupt_on_timeout=True, allow_errors=True,
-                            kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    execute = IsolatedExecute(timeout=timeout_s, interrupt_on_timeout=True, allow_errors=True,
+                              kernel_name="python3")
     try:
-        client.execute(stderr=subprocess.DEVNULL)  # the kernel's own log lines are not the student's
-    except DeadKernelError:
-        return nb, "ядро Python завершилось во время работы ноутбука (os._exit, segfault или нехватка памяти?)"
+        execute.preprocess(nb, {"metadata": {"path": str(path.parent)}})
+    except GraderError as error:
+        return nb, f"проверку не удалось выполнить (сбой проверяющей системы, а не вашего решения): {error}"
     return nb, ""
 
 
@@ -161,22 +162,15 @@ def verdicts(nb: nbformat.NotebookNode, checks: list[Check]) -> list[Verdict]:
 def _verdict(check: Check, cell) -> Verdict:
     if cell is None:
         return Verdict(check, False, message="в ноутбуке нет ячейки с этой проверкой (удалена?)")
-    outputs = cell.get("outputs", [])
-    printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
-    errors = [o for o in outputs if o.get("output_type") == "error"]
-    if errors:
-        error = errors[0]
-        if error.get("ename") == "CheckFailed":
-            message = str(error.get("evalue", "")).removeprefix(FAILED_PREFIX)
-            message = "\n".join(line for line in message.splitlines() if line != check.title)
-        else:
-            message = f"{error.get('ename')}: {error.get('evalue')}"
-        return Verdict(check, False, message=message)
-    if re.search(rf"^{re.escape(SKIP_MARK)} {re.escape(check.title)}:", printed, re.MULTILINE):
-        return Verdict(check, False, skipped=True)
-    if re.search(rf"^{re.escape(PASS_MARK)} {re.escape(check.title)}:", printed, re.MULTILINE):
+    found = [v for v in verdicts_module.of_cell(cell) if v["check_id"] == check.id]
+    if not found:
+        return Verdict(check, False, message="ячейка проверки не выполнилась (ноутбук остановился раньше?)")
+    failed = [v for v in found if not v["passed"]]
+    if not failed:
         return Verdict(check, True)
-    return Verdict(check, False, message="ячейка проверки не выполнилась (ноутбук остановился раньше?)")
+    if all(v.get("skipped") for v in failed):
+        return Verdict(check, False, skipped=True)
+    return Verdict(check, False, message=next(v["message"] for v in failed if not v.get("skipped")))
 
 
 def check_lesson(path: Path) -> LessonReport:
