@@ -511,6 +511,8 @@ HANG_TIMEOUT_S = 20  # the never-ending kernels: the same timeout path as a chec
 ONLY = frozenset(filter(None, os.environ.get("GPU_BANK_CHECKS", "").split(",")))
 #: ``GPU_BANK_ENTRIES=reference,untouched`` runs only those entries of each bank.
 ONLY_ENTRIES = frozenset(filter(None, os.environ.get("GPU_BANK_ENTRIES", "").split(",")))
+#: checks run at a time (each in its own worker process); the timed ones always run alone.
+WORKERS = int(os.environ.get("GPU_BANK_WORKERS", "8"))
 
 
 def run_bank(lesson: str) -> list[dict]:
@@ -540,7 +542,7 @@ def run_bank(lesson: str) -> list[dict]:
                 print(f"  {name:<34} {check_id:<22} {'pass' if passed else 'FAIL'} {seconds:5.1f}s"
                       + ("" if passed else "  " + message.replace(chr(10), " ")[:160]), flush=True)
 
-    collect([j for j in jobs if not j[0].hangs and j[1][0] not in TIMED], 8)
+    collect([j for j in jobs if not j[0].hangs and j[1][0] not in TIMED], WORKERS)
     collect([j for j in jobs if not j[0].hangs and j[1][0] in TIMED], 1)
     collect([j for j in jobs if j[0].hangs], 1)  # one at a time: after the first timeout the rest fail at once
     report = []
