@@ -18,4 +18,5 @@ MODULES = {
     "lesson07": "autograder.lessons.lesson07_cupy_rmsnorm",
     "lesson08": "autograder.lessons.lesson08_cupy_flash_attention",
     "lesson10": "autograder.lessons.lesson10",
+    "lesson11": "autograder.lessons.lesson11_flash_decoding",
 }
