@@ -11,7 +11,8 @@ from autograder.notebook import run
 HAS_GPU = gpu.gpu_status()[0]
 GPU_LESSONS = {"06_cuda_basics": ("SCALE_ADD_SRC", ("scale_add",)),
                "07_cupy_rmsnorm": ("RMSNORM_SRC", ("rms_norm",)),
-               "08_cupy_flash_attention": ("FLASH_SRC", ("flash_attention_d64", "flash_attention_d128"))}
+               "08_cupy_flash_attention": ("FLASH_SRC", ("flash_attention_d64", "flash_attention_d128")),
+               "11_flash_decoding": ("DECODE_SRC", ("paged_decode_split", "paged_decode_combine"))}
 
 GOOD = 'extern "C" __global__ void k(float* y, int n) { if (threadIdx.x < n) y[threadIdx.x] = 1.0f; }'
 
@@ -19,7 +20,8 @@ GOOD = 'extern "C" __global__ void k(float* y, int n) { if (threadIdx.x < n) y[t
 def reference_source(lesson: str) -> str:
     ns = {}
     exec(course.reference_answers(lesson)[{"06_cuda_basics": "scale_add_source", "07_cupy_rmsnorm": "rmsnorm_source",
-                                           "08_cupy_flash_attention": "flash_source"}[lesson]], ns)
+                                           "08_cupy_flash_attention": "flash_source",
+                                           "11_flash_decoding": "decode_source"}[lesson]], ns)
     return ns[GPU_LESSONS[lesson][0]]
 
 
@@ -119,7 +121,8 @@ def _bank_sources() -> dict[str, tuple[str, str, tuple[str, ...]]]:
                  "matmul_source": ("MATMUL_SRC", ("matmul_tiled",)),
                  "rmsnorm_source": ("RMSNORM_SRC", ("rms_norm",)),
                  "flash_source": ("FLASH_SRC", ("flash_attention_d64", "flash_attention_d128")),
-                 "flash_fast_source": ("FLASH_FAST_SRC", ("flash_attention_d64", "flash_attention_d128"))}
+                 "flash_fast_source": ("FLASH_FAST_SRC", ("flash_attention_d64", "flash_attention_d128")),
+                 "decode_source": ("DECODE_SRC", ("paged_decode_split", "paged_decode_combine"))}
     found = {}
     for lesson, build in banks.BANKS.items():
         reference = banks.answers_of(banks.source_path(lesson))

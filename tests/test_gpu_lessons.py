@@ -1,4 +1,4 @@
-"""On a GPU: do lessons 06, 07 and 08 grade right — the solutions fully, known-wrong kernels exactly?
+"""On a GPU: do lessons 06, 07, 08 and 11 grade right — the solutions fully, known-wrong kernels exactly?
 
 Skipped without a GPU (CI has none); run it on a CUDA machine with CuPy:
 ``python -m pytest tests/test_gpu_lessons.py -v``.  With ``AUTOGRADER_FORCE_PTX_ARCH=75`` every kernel is
@@ -497,9 +497,67 @@ def bank_08() -> list[Entry]:
               GPU08 | {C08}, says="строка"),
     ]
 
+# Lesson 11 (its NumPy part has its own bank: tests/banks/bank_11_flash_decoding.py) --------------------
+L11 = "11_flash_decoding"
+C11 = "lesson11.gpu_compiles"
+EQ11, SPLITS11, MEM11, SPEED11 = (f"lesson11.gpu_{n}" for n in ("equivalence", "splits", "memory", "speed"))
+GPU11 = frozenset({EQ11, SPLITS11, MEM11, SPEED11})
 
-BANKS = {L06: bank_06, L07: bank_07, L08: bank_08}
-TIMED = {SPEED07}  # graded by timing: run alone, after the rest
+
+def bank_11() -> list[Entry]:
+    ref = answers_of(source_path(L11))
+    src, wrap = ref["decode_source"], ref["paged_decode_gpu"]
+
+    def kernel(*edits: tuple[str, str]) -> dict:
+        code = src
+        for old, new in edits:
+            code = replace(code, old, new)
+        return {"decode_source": code}
+
+    return [
+        Entry("reference", {}),
+        Entry("untouched", {k: v for k, v in answers_of(ROOT / "notebooks" / L11 / f"{L11}.ipynb").items()
+                            if k in ("decode_source", "paged_decode_gpu")}, GPU11 | {C11}, says="заглушки"),
+        Entry("combine_even_for_one_split", {"paged_decode_gpu": replace(
+            wrap, "o_part = out if S == 1 else cp.empty(", "o_part = cp.empty(").replace("    if S > 1:\n", "    if True:\n")}),
+        Entry("block_table_ignored", kernel(("const int page = row_table[t / page_size];",
+                                             "const int page = t / page_size;")), GPU11, says="таблица страниц"),
+        Entry("gqa_modulo", kernel(("const int h = kvh * G + (g < G ? g : 0);", "const int h = (g < G ? g : 0) * Hkv + kvh;"),
+                                   ("* Hq + kvh * G + g;", "* Hq + g * Hkv + kvh;")), GPU11, says="h % Hkv"),
+        Entry("stale_slots_read", kernel(("t1 = min(p1 * page_size, n);", "t1 = p1 * page_size;")), GPU11,
+              says="устаревшие слоты"),
+        Entry("newest_position_dropped", kernel(("t1 = min(p1 * page_size, n);", "t1 = min(p1 * page_size, n - 1);")),
+              GPU11, says="потеряна последняя позиция"),
+        Entry("no_scale", kernel(("qr[g][i] *= scale;", "qr[g][i] *= 1.0f;")), GPU11, says="не совпадает"),
+        Entry("combine_without_max", kernel(("const float w = __expf(lse - M);", "const float w = __expf(lse);"),
+                                            ("out[(size_t)row * d + e] = L > 0.0f ? A / L : 0.0f;",
+                                             "out[(size_t)row * d + e] = A / L;")), {SPLITS11}, says="NaN"),
+        Entry("empty_split_gives_nan", kernel(("o_part[head * D + e] = L > 0.0f ? A / L : 0.0f;", "o_part[head * D + e] = A / L;"),
+                                              ("if (lse == NEG_INF) continue;               // an empty split adds nothing",
+                                               "")), {SPLITS11}, says="NaN"),
+        Entry("contiguous_copy", {"paged_decode_gpu": replace(
+            wrap, "    out = cp.empty((B, Hq, d), dtype=cp.float32)\n",
+            "    out = cp.empty((B, Hq, d), dtype=cp.float32)\n    k_pages = cp.ascontiguousarray(k_pages[block_table])\n"
+            "    v_pages = cp.ascontiguousarray(v_pages[block_table])\n"
+            "    k_pages, v_pages = k_pages.reshape(-1, page_size, Hkv, d), v_pages.reshape(-1, page_size, Hkv, d)\n"
+            "    block_table = cp.arange(B * max_pages, dtype=cp.int32).reshape(B, max_pages)\n")},
+              {MEM11, SPEED11}, says="выделено"),  # the gather reads and writes the cache once more: slow too
+        Entry("never_splits", {"paged_decode_gpu": replace(
+            wrap, "S = choose_splits(B, Hkv, max_pages) if num_splits is None else int(num_splits)",
+            "S = 1 if num_splits is None else int(num_splits)")}, {SPEED11}, says="не меньше 50"),
+        Entry("illegal_address", kernel(("out[(size_t)row * d + e] =", "out[(size_t)row * d * 100000000 + e] ="),
+                                        ("o_part[head * D + e] =", "o_part[head * D * 100000000 + e] =")),
+              GPU11, says="illegal address"),
+        Entry("compile_error", kernel(("const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
+                                       "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5")),
+              GPU11 | {C11}, says="строка"),
+    ]
+
+
+BANKS = {L06: bank_06, L07: bank_07, L08: bank_08, L11: bank_11}
+TIMED = {SPEED07, SPEED11}  # graded by timing: run alone, after the rest
+#: Mixed lessons: only their GPU checks here (the NumPy part's bank runs without a GPU, tests/test_banks.py).
+GPU_PART = {L11: lambda check_id: check_id.startswith("lesson11.gpu_")}
 HANG_TIMEOUT_S = 20  # the never-ending kernels: the same timeout path as a check's own, only shorter
 
 
@@ -516,7 +574,7 @@ WORKERS = int(os.environ.get("GPU_BANK_WORKERS", "8"))
 
 
 def run_bank(lesson: str) -> list[dict]:
-    calls = [c for c in grade_calls(lesson) if not ONLY or c[0] in ONLY]
+    calls = [c for c in grade_calls(lesson) if (not ONLY or c[0] in ONLY) and GPU_PART.get(lesson, bool)(c[0])]
     entries = [e for e in BANKS[lesson]() if (not ONLY or not e.hangs) and (not ONLY_ENTRIES or e.name in ONLY_ENTRIES)]
     if ONLY:
         entries = [dataclasses.replace(e, loses=e.loses & ONLY, may_lose=e.may_lose & ONLY,

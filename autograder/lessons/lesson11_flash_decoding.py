@@ -426,14 +426,30 @@ def gpu_compiles(source):
     return nvrtc.compile_check(source, KERNELS, what="DECODE_SRC")
 
 
-GPU_VISIBLE = ({"B": 2, "Hq": 4, "Hkv": 2, "d": 128, "page_size": 16, "lengths": [37, 16], "seed": 10},
+GPU_VISIBLE = ({"B": 2, "Hq": 4, "Hkv": 2, "d": 128, "page_size": 16, "lengths": [37, 16], "seed": 10, "stale_nan": False},
                {"B": 3, "Hq": 8, "Hkv": 1, "d": 64, "page_size": 5, "lengths": [1, 10, 11], "seed": 11, "shared": True},
                {"B": 1, "Hq": 2, "Hkv": 2, "d": 128, "page_size": 1, "lengths": [9], "seed": 12},
                {"B": 2, "Hq": 16, "Hkv": 8, "d": 128, "page_size": 16, "lengths": [700, 300], "seed": 13},
                {"B": 2, "Hq": 4, "Hkv": 2, "d": 128, "page_size": 8, "lengths": [40, 17], "seed": 14, "q_scale": 100.0},
                {"B": 2, "Hq": 4, "Hkv": 1, "d": 64, "page_size": 16, "lengths": [50, 3], "seed": 15, "keys_away": True})
 GPU_SPLITS = ({"B": 2, "Hq": 16, "Hkv": 8, "d": 128, "page_size": 16, "lengths": [1000, 33], "seed": 16,
-               "num_splits": [None, 1, 3, 100]},)
+               "num_splits": [None, 1, 3, 100]},
+              {"B": 2, "Hq": 4, "Hkv": 2, "d": 128, "page_size": 8, "lengths": [40, 17], "seed": 20, "q_scale": 100.0,
+               "num_splits": [1, 3]},
+              {"B": 2, "Hq": 4, "Hkv": 1, "d": 64, "page_size": 16, "lengths": [50, 3], "seed": 21, "keys_away": True,
+               "num_splits": [1, 3]})
+
+
+def _to_host(got, inputs, num_splits, case: str) -> np.ndarray:
+    """gpu.to_host; a NaN in the result is still matched against the known mistakes (stale slots read...)."""
+    try:
+        return gpu.to_host(got, shape=inputs[0].shape, case=case)
+    except CheckFailed as error:
+        if type(got) is gpu._cp.ndarray and tuple(got.shape) == inputs[0].shape and got.dtype == np.float32:
+            mistake = identify(gpu._cp.asnumpy(got), DECODE_MISTAKES, (*inputs, num_splits or 1))
+            if mistake:
+                raise failure(str(error), mistake) from None
+        raise
 
 
 def _gpu_case(fn, c: dict, num_splits, *, check_unchanged: bool = False, **tolerance) -> np.ndarray:
@@ -441,7 +457,7 @@ def _gpu_case(fn, c: dict, num_splits, *, check_unchanged: bool = False, **toler
     case = describe_case(**{k: v for k, v in c.items() if k != "num_splits"}, num_splits=num_splits)
     dev = [gpu.device(a) for a in inputs]
     got = gpu.run_student(fn, *dev, case=case, what=WHAT_GPU, num_splits=num_splits)
-    host = gpu.to_host(got, shape=inputs[0].shape, case=case)
+    host = _to_host(got, inputs, num_splits, case)
     large = c.get("q_scale", 1.0) > 1 or c.get("keys_away")
     tol = {"atol": LARGE_TOLERANCE, "rtol": LARGE_TOLERANCE} if large else {}
     compare_or_name(host, oracle(*inputs, num_splits or 1), inputs=(*inputs, num_splits or 1),
@@ -469,7 +485,8 @@ def gpu_splits(paged_decode_gpu, cases=GPU_SPLITS):
         first = None
         for s in c["num_splits"]:
             got = _gpu_case(paged_decode_gpu, c, s)
-            if first is not None and not np.allclose(got, first, atol=1e-5, rtol=1e-5):
+            tol = LARGE_TOLERANCE if c.get("q_scale", 1.0) > 1 or c.get("keys_away") else 1e-5
+            if first is not None and not np.allclose(got, first, atol=tol, rtol=tol):
                 raise CheckFailed(f"результат зависит от num_splits: {c['num_splits'][0]} и {s} расходятся на "
                                   f"{float(np.max(np.abs(got - first))):.3g} ({describe_case(**c)}).")
             first = got if first is None else first
@@ -488,11 +505,11 @@ def gpu_memory(paged_decode_gpu, cases=GPU_MEMORY_CASES):
         dev = [gpu.device(a) for a in inputs]
         with gpu.DeviceAllocations() as seen:
             got = gpu.run_student(paged_decode_gpu, *dev, case=case, what=WHAT_GPU)
-        host = gpu.to_host(got, shape=inputs[0].shape, case=case)
+        host = _to_host(got, inputs, None, case)
         compare_or_name(host, oracle(*inputs), inputs=(*inputs, 1), variants=DECODE_MISTAKES, case=case)
         B, Hq, d = inputs[0].shape
         kv = 2 * int(np.sum(inputs[4])) * c["Hkv"] * d * 4
-        allowed = 2 * MiB + B * Hq * d * 4
+        allowed = 4 * MiB + B * Hq * d * 4
         if seen.total > allowed:
             raise CheckFailed(
                 f"на устройстве выделено {seen.total / MiB:.1f} МиБ за вызов ({len(seen.sizes)} выделений, самое большое "
@@ -513,8 +530,8 @@ def speed_inputs(B: int, length: int, seed: int, Hq: int = 16, Hkv: int = 8, d: 
     P = B * n_pages
     table = rng.permutation(P).astype(np.int32).reshape(B, n_pages)
     lengths = np.full(B, length, dtype=np.int32)
-    return (rng.standard_normal((B, Hq, d), dtype=np.float32), rng.standard_normal((P, page_size, Hkv, d), dtype=np.float32),
-            rng.standard_normal((P, page_size, Hkv, d), dtype=np.float32), table, lengths)
+    uniform = lambda shape: rng.random(shape, dtype=np.float32) - np.float32(0.5)  # noqa: E731  (fast to draw)
+    return uniform((B, Hq, d)), uniform((P, page_size, Hkv, d)), uniform((P, page_size, Hkv, d)), table, lengths
 
 
 @gpu.gpu_check("lesson11.gpu_speed", points=2, timeout_s=120,
