@@ -534,7 +534,7 @@ def bank_11() -> list[Entry]:
                                              "out[(size_t)row * d + e] = A / L;")), {SPLITS11}, says="NaN"),
         Entry("empty_split_gives_nan", kernel(("o_part[head * D + e] = L > 0.0f ? A / L : 0.0f;", "o_part[head * D + e] = A / L;"),
                                               ("if (lse == NEG_INF) continue;               // an empty split adds nothing",
-                                               "")), {SPLITS11}, says="NaN"),
+                                               "")), {EQ11, SPLITS11}, says="NaN"),  # a hidden case: length 1 beside 1000
         Entry("contiguous_copy", {"paged_decode_gpu": replace(
             wrap, "    out = cp.empty((B, Hq, d), dtype=cp.float32)\n",
             "    out = cp.empty((B, Hq, d), dtype=cp.float32)\n    k_pages = cp.ascontiguousarray(k_pages[block_table])\n"

@@ -1,0 +1,75 @@
+"""Lesson 11 without a GPU: the case builder, the oracle, and the benchmark figures the notebook quotes."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from autograder import course
+from autograder.lessons.lesson11_flash_decoding import (
+    GPU_SPLITS, GPU_VISIBLE, LARGE, SPLITS, VISIBLE, make_case, merged, oracle, split_bounds)
+
+LESSON = "11_flash_decoding"
+
+
+@pytest.mark.parametrize("c", list(VISIBLE + SPLITS + LARGE + GPU_VISIBLE + GPU_SPLITS))
+def test_cases_hide_stale_data_where_a_wrong_read_would_find_it(c):
+    """Does every case keep NaN/inf (or garbage) past each length and in the table's extra entries, and
+    does the float64 oracle still give a finite answer that no split count changes?"""
+    keys = ("B", "Hq", "Hkv", "d", "page_size", "lengths", "seed", "shared", "q_scale", "keys_away", "stale_nan")
+    q, k, v, table, lengths = make_case(**{key: c[key] for key in keys if key in c})
+    ps = k.shape[1]
+    for b, n in enumerate(lengths):
+        pages = -(-int(n) // ps)
+        assert np.isfinite(k[table[b, :pages]].reshape(-1, *k.shape[2:])[:n]).all()
+        if c.get("stale_nan", True):
+            assert not np.isfinite(k[table[b, pages:]]).any()          # stale table entries: NaN/inf pages
+            if n % ps:
+                assert not np.isfinite(k[table[b, pages - 1], n % ps:]).any()
+    want = oracle(q, k, v, table, lengths)
+    assert np.isfinite(want).all()
+    for s in (2, 3, 50):
+        assert np.allclose(oracle(q, k, v, table, lengths, s), want, atol=1e-12)
+
+
+def test_shared_cases_share_a_page():
+    q, k, v, table, lengths = make_case(3, 8, 1, 32, 5, [11, 10, 1], seed=1, shared=True)
+    assert table[0, 0] == table[1, 0]
+    assert len(set(table[0, :3]) | set(table[1, :2])) == 4
+
+
+def test_split_bounds_are_contiguous_groups_of_ceil_pages():
+    assert split_bounds(10, 3) == [(0, 4), (4, 8), (8, 10)]
+    assert split_bounds(2, 5) == [(0, 1), (1, 2), (2, 2), (2, 2), (2, 2)]
+
+
+def test_merge_of_all_empty_parts_is_zero_and_minus_inf():
+    o, lse = merged(np.zeros((3, 2, 4)), np.full((3, 2), -np.inf))
+    assert (o == 0).all() and (lse == -np.inf).all()
+
+
+def test_oracle_is_softmax_attention_with_gqa():
+    q, k, v, table, lengths = make_case(2, 4, 2, 8, 3, [7, 4], seed=5)
+    b, h = 0, 3
+    t = np.arange(lengths[b])
+    K = k[table[b, t // 3], t % 3, h // 2].astype(np.float64)
+    V = v[table[b, t // 3], t % 3, h // 2].astype(np.float64)
+    s = K @ q[b, h] / math.sqrt(8)
+    p = np.exp(s - s.max())
+    assert np.allclose(oracle(q, k, v, table, lengths)[b, h], p @ V / p.sum())
+
+
+def test_the_notebook_quotes_the_committed_benchmark():
+    """Is the data cell of the notebook the committed JSON, rounded to 3 significant digits?"""
+    measured = json.loads((course.ROOT / "benchmarks" / "results" / "decode_kernels_h200.json").read_text())
+    source = course.text_source(LESSON).read_text(encoding="utf-8")
+    start = source.index("BENCH_DECODE_H200 = {")
+    ns = {}
+    exec(source[start:source.index("\n# %%", start)], ns)
+    quoted = ns["BENCH_DECODE_H200"]
+    assert (quoted["device"], quoted["date"], quoted["command"]) == (measured["device"], measured["date"], measured["command"])
+    for got, row in zip(quoted["rows"], measured["rows"], strict=True):
+        for key, value in got.items():
+            assert value == pytest.approx(row[key], rel=5e-3), (key, row["B"], row["L"])
+    for got, row in zip(quoted["splits_sweep"], measured["splits_sweep"], strict=True):
+        assert got["share"] == pytest.approx(row["share"], rel=5e-3)
