@@ -100,7 +100,7 @@ def cmd_grade(args) -> int:
 def _selection(parser) -> None:
     parser.add_argument("lesson", nargs="*", help="уроки (по умолчанию все из gradebook)")
     gpu = parser.add_mutually_exclusive_group()
-    gpu.add_argument("--only-gpu", action="store_true", help="только GPU-уроки: те, чьи проверки требуют GPU (06, 07, 08)")
+    gpu.add_argument("--only-gpu", action="store_true", help="только GPU-уроки: те, чьи проверки требуют GPU (06, 07, 08 и 11 — у него и NumPy-часть)")
     gpu.add_argument("--skip-gpu", action="store_true", help="все уроки, кроме GPU-уроков")
     parser.add_argument("--course", default=".", help="папка курса nbgrader (по умолчанию текущая)")
 

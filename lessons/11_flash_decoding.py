@@ -346,6 +346,7 @@ grade('lesson11.memory', paged_decode, cases=[{'B': 2, 'Hq': 2, 'Hkv': 1, 'd': 3
 # %%
 # Замер из benchmarks/results/decode_kernels_h200.json (округлено до 3 знаков; tests/test_lesson11_flash_decoding.py сверяет)
 BENCH_DECODE_H200 = {'device': 'NVIDIA H200',
+ 'sm_count': 132,
  'date': '2026-12-01T08:40:18+00:00',
  'command': 'python benchmarks/decode_kernels.py',
  'versions': {'python': '3.12.3', 'numpy': '2.5.2', 'cupy': '14.2.0', 'torch': '2.11.0+cu130'},
@@ -493,7 +494,7 @@ def choose_splits_demo(B, Hkv, pages, sm_count):
     return max(1, min(4 * sm_count // (B * Hkv), pages // 8))
 
 
-SM = 132
+SM = bench["sm_count"]   # число SM у H200 — из замера
 for B in (1, 8, 64):
     blocks = B * 8
     print(f"B = {B:>2}: без разбиения {blocks:>3} блоков = {blocks / SM:.2f} на SM; "

@@ -67,7 +67,8 @@ def test_the_notebook_quotes_the_committed_benchmark():
     ns = {}
     exec(source[start:source.index("\n# %%", start)], ns)
     quoted = ns["BENCH_DECODE_H200"]
-    assert (quoted["device"], quoted["date"], quoted["command"]) == (measured["device"], measured["date"], measured["command"])
+    for key in ("device", "sm_count", "date", "command", "versions"):
+        assert quoted[key] == measured[key], key
     for got, row in zip(quoted["rows"], measured["rows"], strict=True):
         for key, value in got.items():
             assert value == pytest.approx(row[key], rel=5e-3), (key, row["B"], row["L"])
