@@ -558,6 +558,20 @@ else:
 # на массивах CuPy (`block_table`, `lengths` — int32); d = 64 или 128, G от 1 до 8; `num_splits=None` — выбор по
 # батчу, числу голов и числу SM. Слитое (fused) ядро не создаёт непрерывную копию кэша: проверка видит все выделения
 # на устройстве. Ядра — в строке `DECODE_SRC`: `extern "C"` ядра `paged_decode_split` и `paged_decode_combine`.
+#
+# Каркас ниже уже содержит раскладку, загрузки `float4`/`float2`, свёртку скалярного произведения по варпу и запись
+# в разделяемую память. Допишите пять мест ядра — на месте каждого стоят строки заглушки `# ВАШ КОД ЗДЕСЬ` /
+# `raise NotImplementedError()`; замените их кодом CUDA C (строки с `//` — комментарии C):
+# 1. диапазон страниц `[p0, p1)` и позиций `[t0, t1)` своей группы — как `split_bounds` в NumPy-версии, без позиций ≥ n;
+# 2. страница позиции t по таблице страниц и смещение строки (страница, слот, голова K/V) в пуле;
+# 3. шаг online softmax для порции из UNROLL скоров `s[u]` (урок 04): новый максимум, множитель `exp(m − m_new)`,
+#    добавки `p = exp(s[u] − m_new)` к `l` и `p · v` к `acc` только для позиций `base + u < t1`;
+# 4. слияние состояний четырёх варпов для головы g и элемента e — то же правило, что в `merge_partials`;
+# 5. ядро combine: `merge_partials` по частям `o_part`, `lse_part`.
+#
+# В обёртке `paged_decode_gpu` остаётся (6) — два запуска, и тело `choose_splits` — правило выбора `num_splits`
+# из раздела 4: столько групп, чтобы блоков хватило на одну волну (около 4 блоков на SM: 128 потоков по 128
+# регистров), но не меньше 8 страниц на группу.
 
 # %% nbgrader={"grade": false, "grade_id": "decode_source", "locked": false, "schema_version": 3, "solution": true, "task": false}
 DECODE_SRC = r"""
@@ -565,7 +579,6 @@ DECODE_SRC = r"""
 // paged_decode_split: one block per (split, KV head, sequence); 4 warps share the split's tokens,
 // every warp serves all G query heads of its KV head from one read of each K/V row.
 // paged_decode_combine: one block per (sequence, query head) merges the splits by their lse.
-// ### BEGIN SOLUTION
 #define NEG_INF __int_as_float(0xff800000)
 #define WARPS 4
 #define SMEM_FLOATS (WARPS * 8 * (128 + 2))   // the cross-warp merge of the largest instantiation
@@ -599,9 +612,13 @@ __device__ void split_body(const float* __restrict__ q, const float* __restrict_
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int n = lengths[b];
     const int n_pages = (n + page_size - 1) / page_size;
+    // (1) this split's pages [p0, p1) and tokens [t0, t1): ceil(n_pages / num_splits) pages per split (the
+    //     last splits may be empty), and no token at or past n
+    // ### BEGIN SOLUTION
     const int per = (n_pages + num_splits - 1) / num_splits;
     const int p0 = min(split * per, n_pages), p1 = min(p0 + per, n_pages);
     const int t0 = p0 * page_size, t1 = min(p1 * page_size, n);   // stale slots past n never read
+    // ### END SOLUTION
     const int* row_table = table + (size_t)b * max_pages;
 
     float qr[GT][VEC], m[GT], l[GT], acc[GT][VEC];
@@ -620,8 +637,12 @@ __device__ void split_body(const float* __restrict__ q, const float* __restrict_
         for (int u = 0; u < UNROLL; ++u) {            // all loads first: 2·UNROLL rows in flight per warp
             const int t = base + u;
             if (t < t1) {
+                // (2) where token t lives: its page from the block table, then the offset of this lane's VEC
+                //     elements of (page, slot, KV head kvh) in the pool (P, page_size, Hkv, D)
+                // ### BEGIN SOLUTION
                 const int page = row_table[t / page_size];
                 const size_t row = (((size_t)page * page_size + t % page_size) * Hkv + kvh) * D + lane * VEC;
+                // ### END SOLUTION
                 load_vec<VEC>(kr[u], k_pages + row);
                 load_vec<VEC>(vr[u], v_pages + row);
             }
@@ -641,6 +662,10 @@ __device__ void split_body(const float* __restrict__ q, const float* __restrict_
                 s[u] = base + u < t1 ? dot : NEG_INF;
                 m_blk = fmaxf(m_blk, s[u]);
             }
+            // (3) online softmax over this run (lesson 04): the new max, l and acc rescaled by exp(m - m_new),
+            //     then p = exp(s[u] - m_new) added to l and p * v to acc for every token of the run (u with
+            //     base + u < t1)
+            // ### BEGIN SOLUTION
             const float m_new = fmaxf(m[g], m_blk);     // finite: the first token of the run is valid
             const float corr = __expf(m[g] - m_new);
             l[g] *= corr;
@@ -656,6 +681,7 @@ __device__ void split_body(const float* __restrict__ q, const float* __restrict_
                 }
             }
             m[g] = m_new;
+            // ### END SOLUTION
         }
     }
 #pragma unroll
@@ -667,6 +693,11 @@ __device__ void split_body(const float* __restrict__ q, const float* __restrict_
     __syncthreads();
     for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
         const int g = idx / D, e = idx % D;
+        const size_t head = ((size_t)split * B + b) * Hq + kvh * G + g;
+        // (4) merge the WARPS states of head g for element e (the same rule as merge_partials), then write
+        //     o_part[head * D + e] = A / L and, once per head, lse_part[head] = M + log L;
+        //     an empty split writes o = 0, lse = -inf
+        // ### BEGIN SOLUTION
         float M = NEG_INF;
         for (int w = 0; w < WARPS; ++w) M = fmaxf(M, sm_m[w][g]);
         float L = 0.0f, A = 0.0f;
@@ -676,9 +707,9 @@ __device__ void split_body(const float* __restrict__ q, const float* __restrict_
                 L += sm_l[w][g] * c;
                 A += sm_acc[w][g][e] * c;
             }
-        const size_t head = ((size_t)split * B + b) * Hq + kvh * G + g;
         o_part[head * D + e] = L > 0.0f ? A / L : 0.0f;       // an empty split: o = 0, lse = -inf
         if (e == 0) lse_part[head] = L > 0.0f ? M + logf(L) : NEG_INF;
+        // ### END SOLUTION
     }
 }
 
@@ -709,6 +740,9 @@ extern "C" __global__ void paged_decode_combine(const float* o_part, const float
                                                 int num_splits, int rows, int d)
 {
     const int row = blockIdx.x, e = threadIdx.x;   // one block per (sequence, query head), d threads
+    // (5) out[row * d + e] from the num_splits parts o_part[(s * rows + row) * d + e], lse_part[s * rows + row]:
+    //     merge_partials of part 2 in CUDA (empty parts, lse = -inf, add nothing)
+    // ### BEGIN SOLUTION
     float M = NEG_INF;
     for (int s = 0; s < num_splits; ++s) M = fmaxf(M, lse_part[(size_t)s * rows + row]);
     float L = 0.0f, A = 0.0f;
@@ -721,8 +755,8 @@ extern "C" __global__ void paged_decode_combine(const float* o_part, const float
             A += w * o_part[((size_t)s * rows + row) * d + e];
         }
     out[(size_t)row * d + e] = L > 0.0f ? A / L : 0.0f;
+    // ### END SOLUTION
 }
-// ### END SOLUTION
 """
 
 # %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
@@ -748,7 +782,6 @@ def choose_splits(B, Hkv, max_pages, sm_count=None):
 
 
 def paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None):
-    ### BEGIN SOLUTION
     B, Hq, d = q.shape
     P, page_size, Hkv, _ = k_pages.shape
     max_pages = block_table.shape[1]
@@ -761,6 +794,9 @@ def paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None)
     out = cp.empty((B, Hq, d), dtype=cp.float32)
     o_part = out if S == 1 else cp.empty((S, B, Hq, d), dtype=cp.float32)   # S = 1: the split writes the answer
     lse_part = cp.empty((S, B, Hq), dtype=cp.float32)
+    # (6) launch the split kernel: grid (S, Hkv, B), 128 threads; scalars as np.int32 / np.float32, scale 1/sqrt(d);
+    #     then, when S > 1, the combine kernel: grid (B * Hq,), d threads
+    ### BEGIN SOLUTION
     _decode_kernels["paged_decode_split"](
         (S, Hkv, B), (128,),
         (q, k_pages, v_pages, block_table, lengths, o_part, lse_part, np.int32(B), np.int32(Hq), np.int32(Hkv),
@@ -768,8 +804,8 @@ def paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None)
     if S > 1:
         _decode_kernels["paged_decode_combine"](
             (B * Hq,), (d,), (o_part, lse_part, out, np.int32(S), np.int32(B * Hq), np.int32(d)))
-    return out
     ### END SOLUTION
+    return out
 
 # %% [markdown]
 # Проверки GPU: совпадение с эталоном float64 на тех же трудных случаях (GQA, страницы 1/5/16, NaN в устаревших
