@@ -74,3 +74,26 @@ def test_the_notebook_quotes_the_committed_benchmark():
             assert value == pytest.approx(row[key], rel=5e-3), (key, row["B"], row["L"])
     for got, row in zip(quoted["splits_sweep"], measured["splits_sweep"], strict=True):
         assert got["share"] == pytest.approx(row["share"], rel=5e-3)
+
+
+def test_the_gpu_part_makes_it_a_gpu_lesson_and_the_numpy_part_needs_none():
+    """Is lesson 11 graded with the GPU lessons (--only-gpu grades both parts there), its NumPy checks and
+    the compile check runnable anywhere, and its run checks uncapped GPU checks?"""
+    from autograder.core import lesson_checks
+
+    checks = lesson_checks(LESSON)
+    assert course.is_gpu_lesson(LESSON)
+    gpu_run = {k for k, c in checks.items() if c.needs_gpu}
+    assert gpu_run == {"lesson11.gpu_equivalence", "lesson11.gpu_splits", "lesson11.gpu_memory", "lesson11.gpu_speed"}
+    assert all(checks[k].memory_limit_gib is None for k in gpu_run)
+    assert not checks["lesson11.gpu_compiles"].needs_gpu
+
+
+@pytest.mark.skipif(__import__("autograder.gpu", fromlist=["gpu_status"]).gpu_status()[0],
+                    reason="with a GPU the run checks really run")
+def test_without_a_gpu_the_run_checks_say_so_and_score_zero():
+    from autograder.notebook import run
+
+    for check_id in ("lesson11.gpu_equivalence", "lesson11.gpu_splits", "lesson11.gpu_memory", "lesson11.gpu_speed"):
+        result = run(check_id, lambda *a, **k: None)
+        assert not result.passed and result.score == 0 and result.message.startswith("нужен GPU"), check_id
