@@ -765,7 +765,7 @@ from autograder import grade
 grade('lesson11.gpu_compiles', DECODE_SRC)
 
 # %% nbgrader={"grade": false, "grade_id": "paged_decode_gpu", "locked": false, "schema_version": 3, "solution": true, "task": false}
-_decode_kernels = {}   # имя ядра -> cupy.RawKernel (компилируется при первом запуске)
+_decode_kernels = {}   # (текст ядра, имя) -> cupy.RawKernel: компилируется при первом запуске, заново — после правки DECODE_SRC
 _sm_count = []
 
 
@@ -788,21 +788,22 @@ def paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None)
     if d not in (64, 128) or Hq % Hkv or Hq // Hkv > 8:
         raise ValueError("ядро рассчитано на d = 64 или 128 и G = Hq / Hkv от 1 до 8")
     S = choose_splits(B, Hkv, max_pages) if num_splits is None else int(num_splits)
-    for name in ("paged_decode_split", "paged_decode_combine"):
-        if name not in _decode_kernels:
-            _decode_kernels[name] = cp.RawKernel(DECODE_SRC, name)
+    split, combine = ((DECODE_SRC, name) for name in ("paged_decode_split", "paged_decode_combine"))
+    for key in (split, combine):
+        if key not in _decode_kernels:
+            _decode_kernels[key] = cp.RawKernel(*key)
     out = cp.empty((B, Hq, d), dtype=cp.float32)
-    o_part = out if S == 1 else cp.empty((S, B, Hq, d), dtype=cp.float32)   # S = 1: the split writes the answer
+    o_part = out if S == 1 else cp.empty((S, B, Hq, d), dtype=cp.float32)   # S = 1: ядро split сразу пишет ответ
     lse_part = cp.empty((S, B, Hq), dtype=cp.float32)
-    # (6) launch the split kernel: grid (S, Hkv, B), 128 threads; scalars as np.int32 / np.float32, scale 1/sqrt(d);
-    #     then, when S > 1, the combine kernel: grid (B * Hq,), d threads
+    # (6) запуск ядра split: сетка (S, Hkv, B), 128 потоков; скаляры — np.int32 / np.float32, масштаб 1/√d;
+    #     затем, если S > 1, ядро combine: сетка (B * Hq,), d потоков
     ### BEGIN SOLUTION
-    _decode_kernels["paged_decode_split"](
+    _decode_kernels[split](
         (S, Hkv, B), (128,),
         (q, k_pages, v_pages, block_table, lengths, o_part, lse_part, np.int32(B), np.int32(Hq), np.int32(Hkv),
          np.int32(d), np.int32(page_size), np.int32(max_pages), np.int32(S), np.float32(1 / math.sqrt(d))))
     if S > 1:
-        _decode_kernels["paged_decode_combine"](
+        _decode_kernels[combine](
             (B * Hq,), (d,), (o_part, lse_part, out, np.int32(S), np.int32(B * Hq), np.int32(d)))
     ### END SOLUTION
     return out
