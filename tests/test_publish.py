@@ -48,8 +48,9 @@ def files(folder: Path) -> list[str]:
 def test_the_published_tree_is_the_students_repository_and_nothing_else(out):
     assert sorted(p.name for p in out.iterdir()) == sorted(publish.PUBLISHED)
     lessons = course.lessons()
-    assert [p.name for p in sorted((out / "notebooks").iterdir())] == lessons
-    assert files(out / "notebooks") == [f"{lesson}/{lesson}.ipynb" for lesson in lessons]
+    assert [p.name for p in sorted((out / "notebooks").iterdir()) if p.is_dir()] == lessons
+    assert files(out / "notebooks") == sorted([f"{lesson}/{lesson}.ipynb" for lesson in lessons]
+                                              + list(publish.RELEASE_FILES))
     package = course.ROOT / "autograder"
     assert files(out / "autograder") == sorted(str(p.relative_to(package)) for p in package.rglob("*")
                                                if p.is_file() and "__pycache__" not in p.parts)
@@ -121,6 +122,13 @@ def test_the_environment_files_pin_the_base_dependencies_only(out):
     environment = yaml.safe_load((out / "environment.yml").read_text())
     pip_section = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))
     assert pins([r for r in pip_section if not r.startswith("-e")]) == pins(ours["dependencies"])
+
+
+def test_the_glossary_is_published_and_the_readme_links_it(out):
+    """Do the students get the glossary the lessons follow, linked from their README?"""
+    assert (out / "notebooks" / "GLOSSARY.md").read_text(encoding="utf-8") == \
+        (course.ROOT / "notebooks" / "GLOSSARY.md").read_text(encoding="utf-8")
+    assert "notebooks/GLOSSARY.md" in (out / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_readme_is_the_students(out):
