@@ -37,8 +37,6 @@ TEMPLATES = "student"
 #: What the student's lab needs of .jupyter/ (the rest there is the instructor's own lab state).
 LAB_SETTINGS = ("labconfig/default_setting_overrides.json", "labconfig/page_config.json", "custom/custom.css",
                 "jupyter_server_config.json", "student/labconfig/page_config.json")
-#: The files of notebooks/ besides the lessons' notebooks that the students get as they are.
-RELEASE_FILES = ("GLOSSARY.md",)
 #: Every top-level path that publish writes (and replaces in OUT).
 PUBLISHED = ("notebooks", "autograder", ".jupyter", "pyproject.toml", "environment.yml",
              "README.md", "Makefile", ".gitignore")
@@ -81,7 +79,7 @@ def publish(out: Path, repository: str = gpu.COURSE_REPOSITORY, root: Path = cou
         target = out / course.RELEASE / lesson / released.name
         target.parent.mkdir(parents=True)
         target.write_text(rewrite_repository(released.read_text(encoding="utf-8"), repository), encoding="utf-8")
-    for name in RELEASE_FILES:
+    for name in course.RELEASE_FILES:
         shutil.copy(root / course.RELEASE / name, out / course.RELEASE / name)
     _copy_package(root / "autograder", out / "autograder", repository)
     for name in LAB_SETTINGS:

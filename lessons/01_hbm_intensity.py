@@ -257,7 +257,7 @@ grade('lesson01.bad_input', arithmetic_intensity, ridge_point, attainable_flops,
 # ядер, где `x / rms * w` — одно поэлементное ядро. Если и деление, и умножение на $w$ — свои ядра (так исполняет выражение
 # CuPy или PyTorch без компиляции), добавляются запись и чтение $x / \text{rms}$: семь проходов (урок 02). Функция ниже
 # считает модель из пяти.
-# Fused: прочитать $x$, записать $y$ — два прохода (на GPU строка целиком лежит в регистрах, повторного чтения из HBM нет).
+# Слитое ядро (fused): прочитать $x$, записать $y$ — два прохода (на GPU строка целиком лежит в регистрах, повторного чтения из HBM нет).
 #
 # Напишите `rmsnorm_bytes_per_row(d, bytes_per_element=2) -> (naive, fused)` — байты на строку.
 
@@ -290,7 +290,7 @@ print(f"префилл: {norms * tokens * naive / 1e9:.2f} ГБ против {no
 #
 # **SwiGLU** в MLP: $h = \operatorname{silu}(x W_\text{gate}) \odot (x W_\text{up})$, $g = x W_\text{gate}$ и $u = x W_\text{up}$
 # длины $I$ на токен. Наивно: два GEMM пишут $g$ и $u$ в HBM, отдельное ядро epilogue читает оба и пишет $h$ —
-# $5I$ элементов промежуточного трафика на токен. Fused на GPU: epilogue применяется к выходу GEMM прямо в регистрах,
+# $5I$ элементов промежуточного трафика на токен. Слитое ядро (fused) на GPU: epilogue применяется к выходу GEMM прямо в регистрах,
 # в HBM уходит только $h$ — $I$ элементов. (Чтение $x$ и весов одинаково в обоих вариантах, его не считаем.)
 #
 # Напишите `swiglu_bytes_per_token(I, bytes_per_element=2) -> (naive, fused)`.
@@ -518,7 +518,7 @@ ax = plot_roofline(MY_GPU, ops)
 # %%
 peak, bandwidth = GPUS[MY_GPU]
 peak32 = FP32_CUDA_CORES[MY_GPU]
-xs = np.logspace(-2, 4, 200)
+xs = np.logspace(*np.log10(ax.get_xlim()), 200)      # в пределах осей графика
 ax.plot(xs, np.minimum(peak32, xs * bandwidth), "--", color="tab:blue",
         label=f"CUDA-ядра fp32: {peak32 / 1e12:.1f} TFLOP/s")
 if MY_GPU in SFU_EXP_PER_S:

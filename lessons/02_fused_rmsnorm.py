@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # Урок 02. Fused RMSNorm: байты, а не FLOPы
+# # Урок 02. Слитая (fused) RMSNorm: байты, а не FLOPы
 #
 # **Модуль 07 «Fused-операторы и FlashAttention»**, курс *LLM Inference Systems*.
 #
@@ -97,13 +97,13 @@ per_op_bytes = sum(passes_per_op.values()) * bf16
 naive_bytes = sum(passes_naive.values()) * bf16
 fused_bytes = sum(passes_fused.values()) * bf16
 print(f"на строку, d={d}, bf16: каждая операция — ядро {per_op_bytes:,} байт ({per_op_bytes / fused_bytes:.1f}x), "
-      f"x/rms*w одним ядром {naive_bytes:,} байт ({naive_bytes / fused_bytes:.1f}x), fused {fused_bytes:,} байт"
+      f"x/rms*w одним ядром {naive_bytes:,} байт ({naive_bytes / fused_bytes:.1f}x), слитое ядро {fused_bytes:,} байт"
       + ("" if my_guess_naive_ratio is None else f"; ваш прогноз: {my_guess_naive_ratio}x"))
 
 layers, norms_per_layer, tokens = 28, 2, 4096   # Qwen3-0.6B: 28 слоёв, RMSNorm перед attention и перед MLP
 norms = layers * norms_per_layer
 print(f"префилл {tokens} токенов, {norms} норм: наивно {norms * tokens * naive_bytes / 1e9:.2f} ГБ, "
-      f"fused {norms * tokens * fused_bytes / 1e9:.2f} ГБ")
+      f"слитое ядро {norms * tokens * fused_bytes / 1e9:.2f} ГБ")
 
 
 # %% [markdown]
@@ -267,11 +267,11 @@ peaks = measure_peaks({"наивная": rms_norm_naive, "fused_rms_norm": fused
 fig = plot_peaks(sizes, peaks, xlabel="T (токенов)", title=f"RMSNorm, D={D}, float32",
                  reference={"размер выхода": [T * D * 4 for T in sizes]})
 for T, naive, fused in zip(sizes, peaks["наивная"], peaks["fused_rms_norm"]):
-    print(f"T={T:5d}: наивная {naive / MiB:7.1f} МиБ, fused {fused / MiB:7.1f} МиБ, выход {T * D * 4 / MiB:6.1f} МиБ")
+    print(f"T={T:5d}: наивная {naive / MiB:7.1f} МиБ, слитая {fused / MiB:7.1f} МиБ, выход {T * D * 4 / MiB:6.1f} МиБ")
 
 
 # %% [markdown]
-# Наивная версия держит около двух выходов, fused — один. На GPU та же разница превращается во время:
+# Наивная версия держит около двух выходов, слитая — один. На GPU та же разница превращается во время:
 # каждый лишний проход по (T, D) — это лишние байты через HBM.
 #
 # **Выделение памяти — не трафик.** Слитая версия NumPy не создаёт временных (T, D), но каждый вызов NumPy — отдельный
@@ -406,7 +406,7 @@ grade('lesson02.add_memory', fused_add_rms_norm, cases=[{'T': 512, 'D': 2048, 's
 # - RMSNorm: ~1 FLOP/байт против ridge point 150–300 у A100/H100/H200 — оператор ограничен памятью.
 # - Слияние убирает проходы по памяти: 10d против 4d байт на строку в bf16, если `x / rms * w` — одно ядро (5 проходов
 #   против 2), и 14d против 4d (3.5x), если каждая операция — своё ядро.
-# - В NumPy это видно по пику памяти: наивная версия держит два (T, D) массива, fused — только выход. Но проходов по
+# - В NumPy это видно по пику памяти: наивная версия держит два (T, D) массива, слитая — только выход. Но проходов по
 #   памяти у слитой NumPy-версии всё равно несколько: выделение памяти — не трафик.
 # - Сумма квадратов в float32 точна с запасом: Уэлфорд нужен дисперсии, а не RMSNorm.
 #

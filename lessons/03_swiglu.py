@@ -9,12 +9,12 @@
 # ---
 
 # %% [markdown]
-# # Урок 03. Fused SwiGLU: один GEMM и epilogue на месте
+# # Урок 03. Слитый (fused) SwiGLU: один GEMM и epilogue на месте
 #
 # **Модуль 07 «Fused-операторы и FlashAttention»**, курс *LLM Inference Systems*.
 #
 # В этом уроке вы:
-# 1. посчитаете байты на токен для наивного SwiGLU, для варианта с одним GEMM на CPU и для fused epilogue на GPU — честно;
+# 1. посчитаете байты на токен для наивного SwiGLU, для варианта с одним GEMM на CPU и для слитого epilogue на GPU — честно;
 # 2. разберётесь, почему наивная формула silu переполняется, и запишете устойчивую;
 # 3. напишете `fused_swiglu(x, W_gate_up)`: один GEMM по склеенным весам, epilogue на представлениях (views) его выхода, без копий g и u;
 # 4. измерите пик памяти наивной и вашей версии.
@@ -75,6 +75,13 @@ grade('lesson03.traffic', swiglu_traffic_per_token)
 grade('lesson03.traffic', swiglu_traffic_per_token, cases=[{'I': 11008, 'bytes_per_element': 4}, {'I': 768, 'bytes_per_element': 1}, {'I': 9}])
 ### END HIDDEN TESTS
 
+# %% [markdown]
+# **Прогноз.** Во сколько раз вариант merged (один GEMM по склеенным весам) уменьшает промежуточный трафик по сравнению
+# с naive? Впишите число (не оценивается).
+
+# %%
+my_guess_merged_saving = None   # ваш прогноз: байты naive / байты merged
+
 # %%
 traffic = swiglu_traffic_per_token(3072)
 tokens, layers = 4096, 28
@@ -82,7 +89,8 @@ for name, size in traffic.items():
     total = size * tokens * layers
     print(f"{name:>6}: {size:6,} байт на токен на слой; префилл {tokens} токенов × {layers} слоёв: "
           f"{total / 2**30:.2f} ГиБ ({total / 1e9:.2f} ГБ)")
-print(f"naive / fused = {traffic['naive'] / traffic['fused']:.0f}x, naive / merged = {traffic['naive'] / traffic['merged']:.0f}x")
+print(f"naive / fused = {traffic['naive'] / traffic['fused']:.0f}x, naive / merged = {traffic['naive'] / traffic['merged']:.0f}x"
+      + ("" if my_guess_merged_saving is None else f" (ваш прогноз для merged: {my_guess_merged_saving}x)"))
 
 # %% [markdown]
 # Вывод: 5× по байтам даёт только настоящее слитое ядро на GPU, где промежуточный тензор не покидает регистры.
@@ -211,6 +219,11 @@ grade('lesson03.memory', fused_swiglu, cases=[{'T': 1000, 'D': 256, 'I': 1000, '
 #
 # Пик `tracemalloc` наивной `swiglu_ref` (веса раздельно) и вашей `fused_swiglu` при $D = 1024$, $I = 3072$.
 # Пунктир — граница из задания (выход GEMM + результат) и размер результата.
+#
+# **Прогноз.** Сколько массивов размера (T, I) одновременно держит наивная `swiglu_ref` на пике?
+
+# %%
+my_guess_naive_arrays = None   # ваш прогноз: пик swiglu_ref в единицах массива (T, I)
 
 # %%
 sizes = [32, 64, 128, 256, 512]
@@ -230,10 +243,12 @@ fig = plot_peaks(sizes, peaks, xlabel="T (токенов)", title=f"SwiGLU, D={D
 for T, naive, fused in zip(sizes, peaks["swiglu_ref"], peaks["fused_swiglu"]):
     print(f"T={T:4d}: swiglu_ref {naive / MiB:6.1f} МиБ ({naive / (T * I * 4):.1f} × (T, I)), "
           f"fused_swiglu {fused / MiB:6.1f} МиБ ({fused / (T * I * 4):.1f} × (T, I))")
+if my_guess_naive_arrays is not None:
+    print(f"ваш прогноз: {my_guess_naive_arrays} × (T, I)")
 
 # %% [markdown]
 # Наивная версия держит одновременно $g$, $u$ и два временных массива цепочки `g / (1 + np.exp(-g))` — четыре массива (T, I);
-# fused — выход GEMM (два) и результат — три. На CPU это вся доступная экономия: $[g, u]$ всё равно записан в память.
+# `fused_swiglu` — выход GEMM (два) и результат — три. На CPU это вся доступная экономия: $[g, u]$ всё равно записан в память.
 # На GPU слитое ядро не пишет ни $g$, ни $u$, и разница становится 5× по трафику HBM (раздел 1).
 #
 # ## Итог
@@ -243,3 +258,11 @@ for T, naive, fused in zip(sizes, peaks["swiglu_ref"], peaks["fused_swiglu"]):
 # - Один GEMM по склеенным весам экономит запуск и повторное чтение $x$, но не байты $[g, u]$: они записаны и прочитаны.
 # - silu считается устойчиво через $e^{\min(z,0)} / (1 + e^{-|z|})$; `np.where` по двум наивным формулам не спасает от переполнения.
 # - Epilogue на представлениях (views) выхода GEMM и операции `out=` держат пик памяти на уровне «выход GEMM + результат».
+
+# %% [markdown]
+# ## Вопросы к следующему уроку
+#
+# 1. Softmax строки требует её максимума и суммы экспонент. Если строка приходит блоками и прочитать её второй раз
+#    нельзя, что хранить между блоками?
+# 2. Максимум вырос на новом блоке. Как поправить уже накопленную сумму $\sum e^{s - m_{old}}$, не пересчитывая её?
+# 3. Две половины строки обработаны независимо. Можно ли склеить их результаты в один точный softmax?

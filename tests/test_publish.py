@@ -50,7 +50,7 @@ def test_the_published_tree_is_the_students_repository_and_nothing_else(out):
     lessons = course.lessons()
     assert [p.name for p in sorted((out / "notebooks").iterdir()) if p.is_dir()] == lessons
     assert files(out / "notebooks") == sorted([f"{lesson}/{lesson}.ipynb" for lesson in lessons]
-                                              + list(publish.RELEASE_FILES))
+                                              + list(course.RELEASE_FILES))
     package = course.ROOT / "autograder"
     assert files(out / "autograder") == sorted(str(p.relative_to(package)) for p in package.rglob("*")
                                                if p.is_file() and "__pycache__" not in p.parts)
