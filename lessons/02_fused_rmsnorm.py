@@ -278,7 +278,7 @@ for T, naive, fused in zip(sizes, peaks["наивная"], peaks["fused_rms_norm
 # проход по всему массиву: `einsum` читает $x$, нормировка читает $x$ ещё раз и пишет выход, умножение на $w$ (если оно
 # отдельным вызовом) читает и пишет выход снова. Когда массив больше кэша процессора, каждый такой проход идёт через
 # DRAM. GPU-ядро урока 07 держит строку в регистрах и читает $x$ из HBM один раз. Засечём проходы эталонного решения
-# по отдельности (T = 8192, D = 4096, float32; времена зависят от машины и её загрузки):
+# по отдельности (T = 4096, D = 4096, float32 — 64 МиБ; времена зависят от машины и её загрузки):
 
 # %%
 import time
@@ -291,10 +291,10 @@ def best_of(fn, repeats=3):
         times.append(time.perf_counter() - start)
     return min(times)
 
-x = np.random.default_rng(1).standard_normal((8192, 4096), dtype=np.float32)
+x = np.random.default_rng(1).standard_normal((4096, 4096), dtype=np.float32)
 w = np.ones(4096, dtype=np.float32)
 out = np.empty_like(x)
-inv_rms = np.ones(8192, dtype=np.float32)
+inv_rms = np.ones(4096, dtype=np.float32)
 steps = {
     "einsum: читает x": (lambda: np.einsum("td,td->t", x, x), 1),
     "multiply(x, inv_rms, out=out): читает x, пишет out": (lambda: np.multiply(x, inv_rms[:, None], out=out), 2),
