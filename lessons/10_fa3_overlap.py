@@ -725,8 +725,8 @@ print(f"базовый FP8 / FA3: {errors[False, False] / errors[True, True]:.2f
 # **Библиотеки ядер, где живут приёмы модуля** (по их README и статьям):
 # - **Liger-Kernel** (LinkedIn; выпуск — август 2024, технический отчёт arXiv 2410.10989, октябрь 2024): ядра на Triton
 #   для обучения — RMSNorm, RoPE, SwiGLU, CrossEntropy и FusedLinearCrossEntropy, то есть слияние из уроков 02–03.
-# - **FlashInfer** (flashinfer-ai/flashinfer, статья «FlashInfer: Efficient and Customizable Attention Engine for LLM
-#   Inference Serving»): ядра attention для сервинга — страничный и «рваный» KV-кэш, шаблоны FA2 и FA3, разбиение
+# - **FlashInfer** (flashinfer-ai/flashinfer; Ye и др., «FlashInfer: Efficient and Customizable Attention Engine for LLM
+#   Inference Serving», arXiv 2501.01005, январь 2025, MLSys 2025): ядра attention для сервинга — страничный и «рваный» KV-кэш, шаблоны FA2 и FA3, разбиение
 #   работы на этапе plan, варианты attention через JIT; его используют SGLang и vLLM.
 # - **FlashMLA** (DeepSeek, 2025; deepseek-ai/FlashMLA): сначала ядро декода для MLA (Multi-head Latent Attention) на
 #   Hopper со страничным KV-кэшем (блок 64); README первой версии — до 3000 ГБ/с в memory-bound и 580 TFLOPS в
