@@ -148,6 +148,10 @@ def cmd_report(args) -> int:
 def cmd_publish(args) -> int:
     from . import gpu, publish
 
+    stale = course.stale_release()  # students get notebooks/ as built from lessons/, never an old build
+    if stale:
+        print("Публикация отменена: собранные ноутбуки устарели.\n" + "\n".join(stale), file=sys.stderr)
+        return 1
     written = publish.publish(Path(args.out), args.repository or gpu.COURSE_REPOSITORY)
     print(f"Репозиторий студентов записан в {Path(args.out).resolve()}: {', '.join(p.name for p in written)}")
     return 0
