@@ -148,7 +148,9 @@ def cmd_report(args) -> int:
 def cmd_publish(args) -> int:
     from . import gpu, publish
 
-    stale = course.stale_release()  # students get notebooks/ as built from lessons/, never an old build
+    # Students get notebooks/ as built from lessons/, never an old build (without solutions/ there is
+    # nothing to compare, and publish() says that this is no course folder).
+    stale = course.stale_release() if (course.ROOT / course.SOLUTIONS).is_dir() else []
     if stale:
         print("Публикация отменена: собранные ноутбуки устарели.\n" + "\n".join(stale), file=sys.stderr)
         return 1
