@@ -47,6 +47,16 @@ WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THRE
               "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg", "PYTHONIOENCODING": "utf-8"}
 
 
+def _reap_children() -> None:
+    """A grader started with SIGCHLD ignored (inherited from whatever launched it) cannot read a
+    worker's exit status: the kernel reaps the worker itself and ``subprocess`` reports 0 for it,
+    whatever happened.  Put the default back (only the main thread may); the status is then true."""
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+_reap_children()
+
 #: Digests of payloads that already hung in this process: later checks fail at once, so one
 #: endless loop costs its own cells a single timeout, not one per check.
 _HUNG: dict[str, float] = {}
@@ -376,17 +386,21 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 GRADER_FAULT = ("Сбой проверяющей системы, а не вашего решения: {what}. Эта проверка не оценена "
                 "(не ноль — просто нет оценки); запустите её ещё раз.")
+#: Below this much free space for temporary files a grader fault says how much is left.
+LOW_DISK_BYTES = 1024 * 2**20
 
 
 def grader_fault(check, what: str, err: bytes = b"") -> CheckResult:
     """The result of a check that the grader could not run; ``what`` says what went wrong (Russian)."""
     message = GRADER_FAULT.format(what=what)
     free = shutil.disk_usage(tempfile.gettempdir()).free
-    if free < 256 * 2**20:
+    if free < LOW_DISK_BYTES:
         message += f"\nНа диске для временных файлов ({tempfile.gettempdir()}) свободно {free / 2**20:.0f} МиБ."
     tail = err.decode("utf-8", "replace").strip()
     if tail:
         message += "\nПоследние строки вывода:\n" + shorten(tail[-800:], 800)
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        message += "\nSIGCHLD игнорируется в процессе проверки: код завершения исполнителя неизвестен."
     return CheckResult(check.id, check.title, check.points, False, message, grader_fault=True)
 
 

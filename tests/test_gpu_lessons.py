@@ -19,6 +19,8 @@ import concurrent.futures
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -524,6 +526,7 @@ def run_bank(lesson: str) -> list[dict]:
     spaces = {e.name: namespace(lesson, e.answers) for e in entries}
     jobs = [(e, call) for e in entries for call in calls]
     verdicts: dict[tuple[str, str], list] = {}
+    faults: list[str] = []
 
     def one(job):
         entry, (check_id, names, cases) = job
@@ -541,6 +544,10 @@ def run_bank(lesson: str) -> list[dict]:
                 verdicts.setdefault((name, check_id), []).append((passed, message, round(seconds, 1)))
                 print(f"  {name:<34} {check_id:<22} {'pass' if passed else 'FAIL'} {seconds:5.1f}s"
                       + ("" if passed else "  " + message.replace(chr(10), " ")[:160]), flush=True)
+                if not passed and message.startswith("Сбой проверяющей системы") and not faults:
+                    faults.append(message)  # the first grader fault whole, with the machine's state
+                    print(f"GRADER FAULT (first, whole):\n{message}\nfree in {tempfile.gettempdir()}: "
+                          f"{shutil.disk_usage(tempfile.gettempdir()).free / 2**30:.1f} GiB", flush=True)
 
     collect([j for j in jobs if not j[0].hangs and j[1][0] not in TIMED], WORKERS)
     collect([j for j in jobs if not j[0].hangs and j[1][0] in TIMED], 1)

@@ -6,6 +6,8 @@ value).  tests/test_hardening_autograde.py repeats the important ones through th
 `nbgrader autograde`.
 """
 import os
+import subprocess
+import sys
 import textwrap
 import time
 
@@ -411,3 +413,13 @@ def test_ten_runs_give_identical_verdicts():
                      for result in [run(call.check_id, fn, cases=call.cases)]])
     assert all(r == runs[0] for r in runs), [v for v in zip(*runs) if len(set(v)) > 1][:3]
     assert {passed for passed, _ in runs[0]} == {True, False}  # both outcomes are exercised
+
+
+def test_a_grader_started_with_sigchld_ignored_still_reads_exit_statuses():
+    """With SIGCHLD ignored (inherited from a launcher) every worker would read as "exit code 0"."""
+    code = ("import signal, subprocess, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); "
+            "import autograder.isolation; "
+            "print(signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL, "
+            "subprocess.run([sys.executable, '-c', 'raise SystemExit(3)']).returncode)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "3"], done.stdout + done.stderr
