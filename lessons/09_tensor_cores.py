@@ -412,7 +412,7 @@ else:
 # | урок 08, шаг 2 (fp32, CUDA-ядра) | урок 09 (f16, тензорные ядра) |
 # | --- | --- |
 # | блок CUDA — тайл из 64 строк Q одной головы | так же: блок из 4 варпов = $B_r$ = 64 строки; варп w ведёт строки 16w … 16w+15 |
-# | тайл Q в разделяемой памяти | Q — фрагменты A в регистрах варпа (читаются из глобальной памяти один раз) |
+# | тайл Q в разделяемой памяти | так же (f16); фрагменты A берёт `ldmatrix` на каждом шаге k (в регистрах им тесно) |
 # | тайлы K/V по 32 строки, float | тайлы K/V по $B_c$ = 64 строки, f16, шаг строки D + 8 (без конфликтов банков `ldmatrix`) |
 # | S тайла — кусочки 4×4 у каждой нити | S — 8 фрагментов C (16×8) на варп: `s[nn][e]`, nn — 8 ключей, e = 0…3 |
 # | m, l строки сводятся `__shfl_xor_sync` восьми нитей | строку держат 4 нити группы g: `__shfl_xor_sync` с масками 1 и 2 |
@@ -445,8 +445,14 @@ else:
 # в глобальной памяти, одно деление на l в конце, `tile_counter`).
 #
 # Каркас готов целиком, кроме четырёх мест: (1) два `mma_m16n8k16` для S = Q Kᵀ, (2) шаг online softmax на
-# фрагментах, (3) перевод P в f16-фрагменты A, (4) два `mma_m16n8k16` для O += P V. Помощники (`ldmatrix_x4`,
-# `ldmatrix_x4_trans`, `mma_m16n8k16`, `pack_f16x2`, `fast_exp2`) трогать не нужно.
+# фрагментах, (3) перевод P в f16-фрагменты A, (4) два `mma_m16n8k16` для O += P V; и (5) — строка запуска в
+# обёртке. Помощники (`ldmatrix_x4`, `ldmatrix_x4_trans`, `mma_m16n8k16`, `pack_f16x2`, `fast_exp2`) трогать не нужно.
+#
+# **Регистры.** Ядро держит в регистрах O (D/8 фрагментов по 4 float), S тайла (8 фрагментов), m, l и адреса.
+# Проверка компиляции печатает, сколько регистров на нить вышло: у эталона при d = 128 — 162 (sm_90). В SM 65 536
+# регистров, блок — 128 нитей, значит помещаются 3 блока (12 варпов); вариант того же ядра, который держал
+# фрагменты Q в регистрах всё время (ещё 32 регистра при d = 128), получал 172 регистра — и только 2 блока на SM.
+# Поэтому Q лежит в разделяемой памяти, а фрагменты A читаются `ldmatrix` перед каждым шагом k.
 
 # %% nbgrader={"grade": false, "grade_id": "flash_tc_source", "locked": false, "schema_version": 3, "solution": true, "task": false}
 FLASH_TC_SRC = r"""
@@ -530,20 +536,15 @@ __device__ __forceinline__ void commit_copies() {}
 __device__ __forceinline__ void wait_all_but_last_copy() {}
 #endif
 
-// rows row0 .. row0 + BC - 1 of a (n, D) matrix into a tile with a padded row stride (zeros past n)
-template <int D, int NT>
+// rows row0 .. row0 + ROWS - 1 of a (n, D) matrix into a tile with a padded row stride (zeros past n)
+template <int D, int NT, int ROWS = BC>
 __device__ __forceinline__ void load_tile(f16* tile, const f16* src, int row0, int n)
 {
     constexpr int CHUNKS = D / 8, STRIDE = D + 8;          // 16-byte pieces per row; padded stride
-    for (int c = threadIdx.x; c < BC * CHUNKS; c += NT) {
+    for (int c = threadIdx.x; c < ROWS * CHUNKS; c += NT) {
         const int r = c / CHUNKS, col = (c % CHUNKS) * 8, g = row0 + r;
         copy16(tile + r * STRIDE + col, src + (size_t)(g < n ? g : 0) * D + col, g < n);
     }
-}
-
-__device__ __forceinline__ unsigned load_f16x2(const f16* p, int row, int n)
-{
-    return row < n ? *reinterpret_cast<const unsigned*>(p) : 0u;   // two halves; zeros past n
 }
 
 template <int D, int NW>
@@ -558,7 +559,8 @@ __device__ __forceinline__ void flash_tc(const f16* __restrict__ Q, const f16* _
     constexpr int PK = BC / 16;                 // k-steps of O += P V
     constexpr int ON = D / 8;                   // n-tiles (8 columns) of O
     extern __shared__ uint4 shared16[];
-    f16* Ks = reinterpret_cast<f16*>(shared16); // BC x D (stride STRIDE)
+    f16* Qs = reinterpret_cast<f16*>(shared16); // BR x D (stride STRIDE): the Q tile, for the whole loop
+    f16* Ks = Qs + BR * STRIDE;                 // BC x D
     f16* Vs = Ks + BC * STRIDE;                 // BC x D
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -571,21 +573,12 @@ __device__ __forceinline__ void flash_tc(const f16* __restrict__ Q, const f16* _
 
     const int kv_end = causal ? min(q0 + BR, n) : n;
     const int tiles = (kv_end + BC - 1) / BC;
+    load_tile<D, NT, BR>(Qs, Q, q0, n);
     load_tile<D, NT>(Ks, K, 0, n);
-    commit_copies();
+    commit_copies();                            // group: Q and K_0
     load_tile<D, NT>(Vs, V, 0, n);
     commit_copies();
 
-    // Q as A fragments, straight from global memory (read once): a0 (r0, c), a1 (r1, c), a2 (r0, c+8), a3 (r1, c+8)
-    unsigned qa[DK][4];
-    #pragma unroll
-    for (int kk = 0; kk < DK; ++kk) {
-        const int c = 16 * kk + 2 * t;
-        qa[kk][0] = load_f16x2(Q + (size_t)r0 * D + c, r0, n);
-        qa[kk][1] = load_f16x2(Q + (size_t)r1 * D + c, r1, n);
-        qa[kk][2] = load_f16x2(Q + (size_t)r0 * D + c + 8, r0, n);
-        qa[kk][3] = load_f16x2(Q + (size_t)r1 * D + c + 8, r1, n);
-    }
     float o[ON][4];                             // O accumulator fragments: rows r0 (0, 1) and r1 (2, 3)
     #pragma unroll
     for (int nn = 0; nn < ON; ++nn)
@@ -594,7 +587,7 @@ __device__ __forceinline__ void flash_tc(const f16* __restrict__ Q, const f16* _
 
     for (int j = 0; j < tiles; ++j) {
         const int k0 = j * BC;
-        wait_all_but_last_copy();               // K_j has landed (V_j may not have)
+        wait_all_but_last_copy();               // K_j (and Q) has landed (V_j may not have)
         __syncthreads();
 
         // (1) S = Q K_j^T: s[nn] is the 16 x 8 fragment of keys k0 + 8 nn .. k0 + 8 nn + 7
@@ -604,14 +597,16 @@ __device__ __forceinline__ void flash_tc(const f16* __restrict__ Q, const f16* _
             s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;
         #pragma unroll
         for (int kk = 0; kk < DK; ++kk) {
+            unsigned qa[4];                     // A fragment of Q: rows 16 warp .. + 15, columns 16 kk .. + 15
+            ldmatrix_x4(qa, Qs + (16 * warp + (lane & 15)) * STRIDE + 16 * kk + ((lane >> 4) << 3));
             #pragma unroll
             for (int nn = 0; nn < SN; nn += 2) {
                 unsigned kb[4];                 // B fragments of n-tiles nn (kb[0], kb[1]) and nn + 1 (kb[2], kb[3])
                 ldmatrix_x4(kb, Ks + (8 * nn + (lane & 7) + ((lane >> 4) << 3)) * STRIDE + 16 * kk + ((lane >> 3) & 1) * 8);
-                // s[nn] += Q K^T for n-tile nn, s[nn + 1] for nn + 1 (A fragment: qa[kk])
+                // s[nn] += Q K^T for n-tile nn, s[nn + 1] for nn + 1 (A fragment: qa)
                 // ### BEGIN SOLUTION
-                mma_m16n8k16(s[nn], qa[kk], kb);
-                mma_m16n8k16(s[nn + 1], qa[kk], kb + 2);
+                mma_m16n8k16(s[nn], qa, kb);
+                mma_m16n8k16(s[nn + 1], qa, kb + 2);
                 // ### END SOLUTION
             }
         }
@@ -736,8 +731,11 @@ from autograder import grade
 grade('lesson09.flash_compiles', FLASH_TC_SRC)
 
 # %% [markdown] id="f2"
-# Обёртка готова (её можно не менять): сетка `(H, ⌈n / 64⌉)`, блок из 128 нитей, динамическая разделяемая
-# память — тайлы K и V по 64 строки с шагом D + 8 (18 КиБ при d = 64, 34 КиБ при d = 128: помещается и в T4).
+# Обёртка почти готова, осталось (5) — запуск: сетка `(H, ⌈n / 64⌉)` (`blockIdx.x` — голова, `blockIdx.y` — тайл Q),
+# блок из 128 нитей, `shared_mem=shared`, аргументы в порядке сигнатуры ядра (`n` и `causal` — `np.int32`,
+# `scale = 1/√d` — `np.float32`). Динамическая разделяемая память — тайлы Q, K и V по 64 строки с шагом D + 8:
+# 27 КиБ при d = 64 и 51 КиБ при d = 128. Больше 48 КиБ ядру нужно разрешить явно
+# (`kernel.max_dynamic_shared_size_bytes`); у T4 предел — 64 КиБ на блок, так что помещается и там.
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention_tc_gpu", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def flash_attention_tc_gpu(Q, K, V, causal=False, tile_counter=None):
@@ -750,11 +748,15 @@ def flash_attention_tc_gpu(Q, K, V, causal=False, tile_counter=None):
     if tile_counter is None:
         tile_counter = cp.zeros(1, dtype=cp.int32)
     br, bc = 64, 64                                  # 4 варпа по 16 строк; BC в FLASH_TC_SRC
-    shared = 2 * bc * (d + 8) * 2                    # тайлы K и V в f16, строка дополнена 8 элементами
+    shared = (br + 2 * bc) * (d + 8) * 2             # тайлы Q, K и V в f16, строка дополнена 8 элементами
     kernel = cp.RawKernel(FLASH_TC_SRC, f"flash_attention_tc_d{d}")
+    kernel.max_dynamic_shared_size_bytes = shared
+    # (5) запуск: сетка (H, число тайлов Q по br строк), блок из 128 нитей, shared_mem=shared
+    ### BEGIN SOLUTION
     kernel((H, (n + br - 1) // br), (128,),
            (Q, K, V, O, np.int32(n), np.float32(1 / math.sqrt(d)), np.int32(bool(causal)), tile_counter),
            shared_mem=shared)
+    ### END SOLUTION
     return O
 
 
