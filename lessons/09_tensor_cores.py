@@ -572,7 +572,7 @@ __device__ __forceinline__ void flash_tc(const f16* __restrict__ Q, const f16* _
     const int r0 = q0 + 16 * warp + g, r1 = r0 + 8;       // the two query rows of this lane
     const float scale_log2 = scale * 1.4426950408889634f; // exp(x) = 2^(x log2 e)
 
-    const int kv_end = causal ? min(q0 + BR, n) : n;
+    const int kv_end = causal ? min(n, q0 + BR) : n;   // causal: no key after the block's last row
     const int tiles = (kv_end + BC - 1) / BC;
     load_tile<D, NT, BR>(Qs, Q, q0, n);
     load_tile<D, NT>(Ks, K, 0, n);
@@ -709,7 +709,7 @@ __device__ __forceinline__ void flash_tc(const f16* __restrict__ Q, const f16* _
         if (r0 < n) *reinterpret_cast<unsigned*>(O + (size_t)r0 * D + c) = pack_f16x2(o[nn][0] * inv0, o[nn][1] * inv0);
         if (r1 < n) *reinterpret_cast<unsigned*>(O + (size_t)r1 * D + c) = pack_f16x2(o[nn][2] * inv1, o[nn][3] * inv1);
     }
-    if (threadIdx.x == 0 && tile_counter != nullptr)
+    if (tile_counter != nullptr && threadIdx.x == 0)
         atomicAdd(tile_counter, tiles);         // (Q tile, K/V tile) pairs computed
 }
 

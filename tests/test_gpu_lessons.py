@@ -575,7 +575,7 @@ def bank_09() -> list[Entry]:
             "if (edge && (key >= n || (causal && key >= row))) v = NEG_INF;")),
               {CAUSAL09, TAILS09, SKIP09}, says="NaN"),
         Entry("causal_without_skipping", kernel(replace(
-            src, "const int kv_end = causal ? min(q0 + BR, n) : n;", "const int kv_end = n;")), {SKIP09}, says="доля"),
+            src, "const int kv_end = causal ? min(n, q0 + BR) : n;", "const int kv_end = n;")), {SKIP09}, says="доля"),
         Entry("no_counter", kernel(replace(src, "        atomicAdd(tile_counter, tiles);", "        ;")),
               {SKIP09}, says="счётчик"),
         Entry("skips_last_partial_block", {"flash_attention_tc_gpu": replace(
