@@ -155,3 +155,22 @@ def test_causal_tile_fraction_is_below_the_bound(br, bc):
     full = -(-n // br) * -(-n // bc)
     causal = sum(-(-min(q0 + br, n) // bc) for q0 in range(0, n, br))
     assert causal / full <= l09.CAUSAL_TILE_RATIO
+
+
+def test_run_checks_need_a_gpu_and_say_so_without_one():
+    """Does every run check of lesson 09 need a GPU, run without the address-space cap, and (without a GPU)
+    fail with "нужен GPU" and 0 points instead of passing?"""
+    from autograder.core import all_checks
+    from autograder.notebook import run
+
+    checks = all_checks("lesson09.")
+    assert set(checks) == {"lesson09.mma_compiles", "lesson09.mma_matmul", "lesson09.flash_compiles",
+                           "lesson09.equivalence", "lesson09.tails", "lesson09.causal", "lesson09.memory",
+                           "lesson09.causal_skip", "lesson09.sanitizer"}
+    for check_id, check in checks.items():
+        assert check.needs_gpu == (not check_id.endswith("compiles")), check_id
+        if check.needs_gpu:
+            assert check.memory_limit_gib is None
+            if not gpu.gpu_status()[0]:
+                result = run(check_id, lambda *a, **k: None)
+                assert not result.passed and result.score == 0 and result.message.startswith("нужен GPU"), check_id
