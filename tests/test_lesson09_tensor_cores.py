@@ -174,3 +174,14 @@ def test_run_checks_need_a_gpu_and_say_so_without_one():
             if not gpu.gpu_status()[0]:
                 result = run(check_id, lambda *a, **k: None)
                 assert not result.passed and result.score == 0 and result.message.startswith("нужен GPU"), check_id
+
+
+def test_notebooks_open_in_colab_and_install_from_the_course_repository():
+    """Do both notebooks carry the Colab link and install from gpu.COURSE_REPOSITORY, as lessons 06-08 do?"""
+    import re
+
+    for path in (course.source_notebook(LESSON), course.student_notebook(LESSON)):
+        cells = nbformat.read(path, as_version=4).cells
+        assert gpu.colab_url(LESSON) in cells[0].source
+        assert f'COURSE_REPOSITORY = "{gpu.COURSE_REPOSITORY}"' in cells[1].source
+        assert re.search(r'find_spec\("autograder"\) is None', cells[1].source)
