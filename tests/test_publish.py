@@ -262,3 +262,13 @@ def test_the_instructors_commands_in_the_students_repository_say_why_they_cannot
     assert graded.returncode == 2 and "Скрытых тестов здесь нет" in graded.stderr, graded.stderr
     published = course_command("publish", str(out.parent / "again"))
     assert published.returncode == 2 and "нет solutions/" in published.stderr, published.stderr
+
+
+def test_course_publish_refuses_notebooks_older_than_their_text_sources(tmp_path, monkeypatch, capsys):
+    """`course publish` never ships a build that lessons/ no longer gives: it says what is stale and writes nothing."""
+    from autograder import cli
+
+    monkeypatch.setattr(course, "stale_release", lambda root=course.ROOT: ["02_fused_rmsnorm: notebooks/… не совпадает"])
+    assert cli.main(["publish", str(tmp_path / "students")]) == 1
+    assert not (tmp_path / "students").exists()
+    assert "Публикация отменена: собранные ноутбуки устарели" in capsys.readouterr().err
