@@ -100,7 +100,7 @@ def cmd_grade(args) -> int:
 def _selection(parser) -> None:
     parser.add_argument("lesson", nargs="*", help="уроки (по умолчанию все из gradebook)")
     gpu = parser.add_mutually_exclusive_group()
-    gpu.add_argument("--only-gpu", action="store_true", help="только GPU-уроки: те, чьи проверки требуют GPU (06, 07, 08 и 11 — у него и NumPy-часть)")
+    gpu.add_argument("--only-gpu", action="store_true", help="только GPU-уроки: те, чьи проверки требуют GPU (06–09 и 11 — у него и NumPy-часть)")
     gpu.add_argument("--skip-gpu", action="store_true", help="все уроки, кроме GPU-уроков")
     parser.add_argument("--course", default=".", help="папка курса nbgrader (по умолчанию текущая)")
 
@@ -148,6 +148,12 @@ def cmd_report(args) -> int:
 def cmd_publish(args) -> int:
     from . import gpu, publish
 
+    # Students get notebooks/ as built from lessons/, never an old build (without solutions/ there is
+    # nothing to compare, and publish() says that this is no course folder).
+    stale = course.stale_release() if (course.ROOT / course.SOLUTIONS).is_dir() else []
+    if stale:
+        print("Публикация отменена: собранные ноутбуки устарели.\n" + "\n".join(stale), file=sys.stderr)
+        return 1
     written = publish.publish(Path(args.out), args.repository or gpu.COURSE_REPOSITORY)
     print(f"Репозиторий студентов записан в {Path(args.out).resolve()}: {', '.join(p.name for p in written)}")
     return 0

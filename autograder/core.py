@@ -34,6 +34,14 @@ class CheckFailed(AssertionError):
         return [f"Проверка не пройдена: {self}"]
 
 
+class GraderFault(Exception):
+    """The grader itself could not run part of a check (e.g. the run under compute-sanitizer was lost
+    before the student's code started).  The worker reports it as a grader fault, not as a failure:
+    the check runs again, and a submission whose check still cannot run is left ungraded, never zero.
+    Student code never raises it into a check: :func:`call_student` turns every exception of
+    student code into a :class:`CheckFailed`."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Check:
     """A registered check: its id (``lessonNN.name``), points, title and timeout."""
@@ -106,12 +114,16 @@ def check(check_id: str, *, points: float, title: str, timeout_s: float = 30.0,
     return register
 
 
+#: The grader's own checks, run in a worker like a lesson's but never graded: ``sanitizer.run_once``.
+GRADER_MODULES = {"sanitizer": "autograder.sanitizer"}
+
+
 def lesson_module_name(check_id: str) -> str:
     """``lesson02.equivalence`` -> ``autograder.lessons.lesson02_fused_rmsnorm`` (autograder.lessons.MODULES)."""
     from .lessons import MODULES
 
     try:
-        return MODULES[check_id.split(".", 1)[0]]
+        return {**MODULES, **GRADER_MODULES}[check_id.split(".", 1)[0]]
     except KeyError:
         raise KeyError(f"no lesson module for check id {check_id!r}") from None
 
@@ -127,12 +139,13 @@ def get_check(check_id: str) -> Check:
 
 
 def all_checks(prefix: str = "") -> dict[str, Check]:
-    """Every registered check whose id starts with ``prefix`` (imports all lesson modules)."""
+    """Every lesson check whose id starts with ``prefix`` (imports all lesson modules; the grader's
+    own checks, :data:`GRADER_MODULES`, are not lessons' and never listed)."""
     from .lessons import MODULES
 
     for module in MODULES.values():
         importlib.import_module(module)
-    return {k: v for k, v in sorted(_REGISTRY.items()) if k.startswith(prefix)}
+    return {k: v for k, v in sorted(_REGISTRY.items()) if k.startswith(prefix) and k.split(".")[0] in MODULES}
 
 
 def lesson_checks(lesson: str) -> dict[str, Check]:

@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TEXT_SOURCES = "lessons"
 SOLUTIONS = "solutions"
 RELEASE = "notebooks"
+#: Files of notebooks/ that are not built from a lesson but go to the students as they are.
+RELEASE_FILES = ("GLOSSARY.md",)
 
 
 def lessons(root: Path = ROOT) -> list[str]:

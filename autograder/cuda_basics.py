@@ -23,11 +23,11 @@ from . import gpu
 REFERENCE_GPUS = {
     "T4 (Colab)": {"compute capability": "7.5", "SM": 40, "warp": 32, "потоков на блок, макс.": 1024,
                    "потоков на SM, макс.": 1024, "регистров на SM (32 бит)": 65536,
-                   "shared memory на SM, КиБ": 64, "shared memory на блок, КиБ (opt-in)": 64,
+                   "разделяемая память на SM, КиБ": 64, "разделяемая память на блок, КиБ (opt-in)": 64,
                    "L2, МиБ": 4, "память, ГБ": 16, "память, ГБ/с (паспорт)": 320, "fp32, TFLOP/s (паспорт)": 8.1},
     "H200": {"compute capability": "9.0", "SM": 132, "warp": 32, "потоков на блок, макс.": 1024,
              "потоков на SM, макс.": 2048, "регистров на SM (32 бит)": 65536,
-             "shared memory на SM, КиБ": 228, "shared memory на блок, КиБ (opt-in)": 227,
+             "разделяемая память на SM, КиБ": 228, "разделяемая память на блок, КиБ (opt-in)": 227,
              "L2, МиБ": 60, "память, ГБ": 141, "память, ГБ/с (паспорт)": 4800, "fp32, TFLOP/s (паспорт)": 67},
 }
 FACT_KEYS = list(REFERENCE_GPUS["T4 (Colab)"])
@@ -45,8 +45,8 @@ def device_facts() -> dict | None:
              "warp": p["warpSize"], "потоков на блок, макс.": p["maxThreadsPerBlock"],
              "потоков на SM, макс.": p["maxThreadsPerMultiProcessor"],
              "регистров на SM (32 бит)": p["regsPerMultiprocessor"],
-             "shared memory на SM, КиБ": p["sharedMemPerMultiprocessor"] // 1024,
-             "shared memory на блок, КиБ (opt-in)": p.get("sharedMemPerBlockOptin", p["sharedMemPerBlock"]) // 1024,
+             "разделяемая память на SM, КиБ": p["sharedMemPerMultiprocessor"] // 1024,
+             "разделяемая память на блок, КиБ (opt-in)": p.get("sharedMemPerBlockOptin", p["sharedMemPerBlock"]) // 1024,
              "L2, МиБ": round(p["l2CacheSize"] / 2**20, 1), "память, ГБ": round(p["totalGlobalMem"] / 1e9, 1)}
     return facts
 
@@ -290,8 +290,8 @@ def plot_memory_hierarchy(ax=None):
     levels = [
         ("регистры потока", f"{t4['регистров на SM (32 бит)'] * 4 // 1024} КиБ на SM",
          f"{h['регистров на SM (32 бит)'] * 4 // 1024} КиБ на SM", "свои у каждого потока"),
-        ("shared memory (__shared__)", f"{t4['shared memory на SM, КиБ']} КиБ на SM",
-         f"{h['shared memory на SM, КиБ']} КиБ на SM", "общая для потоков блока, на чипе"),
+        ("разделяемая память (__shared__)", f"{t4['разделяемая память на SM, КиБ']} КиБ на SM",
+         f"{h['разделяемая память на SM, КиБ']} КиБ на SM", "общая для потоков блока, на чипе"),
         ("L2-кэш", f"{t4['L2, МиБ']} МиБ", f"{h['L2, МиБ']} МиБ", "общий для всех SM"),
         ("глобальная память (GDDR6 / HBM3e)", f"{t4['память, ГБ']} ГБ, {t4['память, ГБ/с (паспорт)']} ГБ/с",
          f"{h['память, ГБ']} ГБ, {h['память, ГБ/с (паспорт)'] / 1000:g} ТБ/с", "cp.ndarray живут здесь"),

@@ -1,4 +1,4 @@
-"""GPU lessons (06-08) at run time: is there a GPU, GPU checks, student kernels, device memory, timing.
+"""GPU lessons (06-09) at run time: is there a GPU, GPU checks, student kernels, device memory, timing.
 
 Compilation (no GPU needed) is :mod:`autograder.nvrtc`; compute-sanitizer is :mod:`autograder.sanitizer`.
 
@@ -183,8 +183,9 @@ def run_student(function, *args, case: str, what: str, **kwargs):
     return result
 
 
-def to_host(got, *, shape: tuple[int, ...], case: str, name: str = "результат") -> np.ndarray:
-    """A cupy.ndarray float32 of ``shape`` copied to the host; anything else is a failure."""
+def to_host(got, *, shape: tuple[int, ...], case: str, name: str = "результат", dtype=np.float32) -> np.ndarray:
+    """A cupy.ndarray of ``shape`` and ``dtype`` (float32 unless a lesson says) copied to the host;
+    anything else is a failure."""
     if type(got) is not _cp.ndarray:
         hint = (" Верните массив CuPy (на GPU), не копируйте его на CPU (.get(), cp.asnumpy)."
                 if isinstance(got, np.ndarray) else "")
@@ -192,8 +193,8 @@ def to_host(got, *, shape: tuple[int, ...], case: str, name: str = "резуль
                           f"(случай: {case}).{hint}")
     if tuple(got.shape) != tuple(shape):
         raise CheckFailed(f"{name}: форма {tuple(got.shape)}, ожидалась {tuple(shape)} (случай: {case}).")
-    if got.dtype != np.float32:
-        raise CheckFailed(f"{name}: dtype {got.dtype}, ожидался float32 (случай: {case}).")
+    if got.dtype != np.dtype(dtype):
+        raise CheckFailed(f"{name}: dtype {got.dtype}, ожидался {np.dtype(dtype).name} (случай: {case}).")
     host = _cp.asnumpy(got)
     bad = ~np.isfinite(host)
     if bad.any():

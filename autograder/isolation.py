@@ -47,6 +47,16 @@ WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THRE
               "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg", "PYTHONIOENCODING": "utf-8"}
 
 
+def _reap_children() -> None:
+    """A grader started with SIGCHLD ignored (inherited from whatever launched it) cannot read a
+    worker's exit status: the kernel reaps the worker itself and ``subprocess`` reports 0 for it,
+    whatever happened.  Put the default back (only the main thread may); the status is then true."""
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+_reap_children()
+
 #: Digests of payloads that already hung in this process: later checks fail at once, so one
 #: endless loop costs its own cells a single timeout, not one per check.
 _HUNG: dict[str, float] = {}
@@ -95,28 +105,31 @@ def pack(objects: list) -> list[bytes]:
 
 def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
               *, timeout_s: float | None = None, secret_dirs: tuple[str, ...] = (),
-              write_protected: tuple[str, ...] = (), fork: bool | None = None) -> CheckResult:
+              write_protected: tuple[str, ...] = (), fork: bool | None = None,
+              launcher: tuple[str, ...] = ()) -> CheckResult:
     """Run ``check_id`` on the packed objects (one blob each) in a worker; return its result.
 
     ``secret_dirs`` (never readable by student code) and ``write_protected`` (never writable)
     add to the guard's defaults: this repository's solutions/, the package, the environment.
     ``fork``: start the worker from the fork server (None: for CPU checks, unless
     ``AUTOGRADER_FORK_SERVER=0``) or as a new Python process (False).
+    ``launcher``: a program that starts the worker's command line (compute-sanitizer and its
+    options): the worker is then a new process, and its parent is the launcher.
 
     A worker that ends before the student's code ran is the grader's fault: the check runs once
     more in a new process, and if that fails too the result says so (``grader_fault``).
     """
     result = _run_check_once(check_id, payloads, cases, timeout_s=timeout_s, secret_dirs=secret_dirs,
-                             write_protected=write_protected, fork=fork)
+                             write_protected=write_protected, fork=fork, launcher=launcher)
     if result.grader_fault:
         result = _run_check_once(check_id, payloads, cases, timeout_s=timeout_s, secret_dirs=secret_dirs,
-                                 write_protected=write_protected, fork=False)
+                                 write_protected=write_protected, fork=False, launcher=launcher)
     return result
 
 
 def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *, timeout_s: float | None,
                     secret_dirs: tuple[str, ...], write_protected: tuple[str, ...],
-                    fork: bool | None) -> CheckResult:
+                    fork: bool | None, launcher: tuple[str, ...] = ()) -> CheckResult:
     check = get_check(check_id)
     timeout = check.timeout_s if timeout_s is None else timeout_s
     nonce = secrets.token_hex(16)
@@ -129,6 +142,8 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
         return failed(f"Проверка не запускалась: эта же функция уже не завершилась за {_HUNG[digest]:g} с "
                       "на предыдущей проверке (бесконечный цикл?).")
     env = {**os.environ, **WORKER_ENV, "AUTOGRADER_PARENT": str(os.getpid())}
+    if launcher:  # the worker's parent is the launcher: it dies with that one (and it with the group)
+        del env["AUTOGRADER_PARENT"]
     # What student code leaves in its folder must not make the cleanup raise in the grader.
     with tempfile.TemporaryDirectory(prefix="autograder-", ignore_cleanup_errors=True) as workdir, \
             tempfile.TemporaryDirectory(prefix="autograder-out-", ignore_cleanup_errors=True) as outdir:
@@ -139,7 +154,7 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
                                 "output_path": output_path, "secret_dirs": tuple(secret_dirs),
                                 "write_protected": tuple(write_protected)})
         with open(out_path, "ab") as out, open(err_path, "ab") as err:
-            process = _start(check, env, workdir, out, err, fork=fork)
+            process = _start(check, env, workdir, out, err, fork=False if launcher else fork, launcher=launcher)
         try:
             process.communicate(request, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -154,7 +169,7 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
         except ServerGone:  # the fork server died under the check: run it again, as a plain worker
             _kill_group(process)
             return run_check(check_id, payloads, cases, timeout_s=timeout, secret_dirs=secret_dirs,
-                             write_protected=write_protected, fork=False)
+                             write_protected=write_protected, fork=False, launcher=launcher)
         finally:
             _kill_group(process)  # whatever the student's code left running
             if isinstance(process, _ForkedWorker):
@@ -169,7 +184,7 @@ class ServerGone(Exception):
     """The fork server stopped answering (it died, or this process lost it)."""
 
 
-def _start(check, env: dict, workdir: str, out, err, *, fork: bool | None):
+def _start(check, env: dict, workdir: str, out, err, *, fork: bool | None, launcher: tuple[str, ...] = ()):
     """The worker of one check, with the request still to be written to its stdin."""
     if fork is None:
         fork = not check.needs_gpu and os.environ.get("AUTOGRADER_FORK_SERVER", "1") != "0"
@@ -190,7 +205,7 @@ def _start(check, env: dict, workdir: str, out, err, *, fork: bool | None):
             raise
         _SERVER_LOCK.release()
     return subprocess.Popen(
-        [sys.executable, "-I", "-m", "autograder.worker"], stdin=subprocess.PIPE,
+        [*launcher, sys.executable, "-I", "-m", "autograder.worker"], stdin=subprocess.PIPE,
         stdout=out, stderr=err, cwd=workdir, env=env,
         start_new_session=True)  # its own process group: a timeout kills the children too
 
@@ -371,17 +386,21 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 GRADER_FAULT = ("Сбой проверяющей системы, а не вашего решения: {what}. Эта проверка не оценена "
                 "(не ноль — просто нет оценки); запустите её ещё раз.")
+#: Below this much free space for temporary files a grader fault says how much is left.
+LOW_DISK_BYTES = 1024 * 2**20
 
 
 def grader_fault(check, what: str, err: bytes = b"") -> CheckResult:
     """The result of a check that the grader could not run; ``what`` says what went wrong (Russian)."""
     message = GRADER_FAULT.format(what=what)
     free = shutil.disk_usage(tempfile.gettempdir()).free
-    if free < 256 * 2**20:
+    if free < LOW_DISK_BYTES:
         message += f"\nНа диске для временных файлов ({tempfile.gettempdir()}) свободно {free / 2**20:.0f} МиБ."
     tail = err.decode("utf-8", "replace").strip()
     if tail:
         message += "\nПоследние строки вывода:\n" + shorten(tail[-800:], 800)
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        message += "\nSIGCHLD игнорируется в процессе проверки: код завершения исполнителя неизвестен."
     return CheckResult(check.id, check.title, check.points, False, message, grader_fault=True)
 
 
@@ -396,6 +415,8 @@ def _parse_reply(check, returncode: int, nonce: str, out: bytes, err: bytes) -> 
     if returncode == 0 and replies:
         try:
             reply = json.loads(replies[-1].decode("ascii"))
+            if reply.get("grader_fault") is True:
+                return grader_fault(check, str(reply["message"]))
             return CheckResult(check.id, check.title, check.points, reply["passed"] is True,
                                str(reply["message"]), reply.get("mistake"), reply.get("not_started") is True)
         except (ValueError, KeyError, TypeError):

@@ -2,7 +2,8 @@
 
 What OUT gets, and nothing else of the course:
 
-    notebooks/        the released student notebooks (this repository's notebooks/, as they are)
+    notebooks/        the released student notebooks (this repository's notebooks/, as they are) and
+                      the glossary notebooks/GLOSSARY.md that the lessons and messages follow
     autograder/       the package: the grade() cells of the notebooks run their visible checks with it
     pyproject.toml    the package with the base dependencies and the gpu extra (no dev extra, no tests)
     environment.yml   the same pins for conda / Binder
@@ -78,6 +79,8 @@ def publish(out: Path, repository: str = gpu.COURSE_REPOSITORY, root: Path = cou
         target = out / course.RELEASE / lesson / released.name
         target.parent.mkdir(parents=True)
         target.write_text(rewrite_repository(released.read_text(encoding="utf-8"), repository), encoding="utf-8")
+    for name in course.RELEASE_FILES:
+        shutil.copy(root / course.RELEASE / name, out / course.RELEASE / name)
     _copy_package(root / "autograder", out / "autograder", repository)
     for name in LAB_SETTINGS:
         (out / ".jupyter" / name).parent.mkdir(parents=True, exist_ok=True)

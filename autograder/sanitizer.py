@@ -1,6 +1,7 @@
 """compute-sanitizer (memcheck, racecheck) around one call of a student's GPU function.
 
-:func:`sanitize` runs ``function(*inputs(**case))`` in a child process under the tool;
+:func:`sanitize` runs ``function(*inputs(**case))`` under the tool, in a worker process started
+through the worker's protocol (:func:`run_once` is that worker's check);
 :func:`sanitizer_check` is what a lesson's check calls: memcheck (with padding after every
 allocation), then racecheck, each failure a message with the tool's findings and a hint.
 Where the tool is missing, the check fails and says how it scores, never passes silently.
@@ -9,15 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 
-from . import gpu, guard
-from .core import CheckFailed, shorten
+from . import gpu, guard, isolation  # isolation before any student code: the guard snapshots modules
+from .core import CheckFailed, GraderFault, call_student, describe_case, shorten
 
 def sanitizer_path() -> str | None:
     found = shutil.which("compute-sanitizer")
@@ -49,13 +47,15 @@ class SanitizerReport:
 
 
 def sanitize(function, inputs: str, case: dict, *, tool: str = "racecheck", timeout_s: float = 75.0) -> SanitizerReport:
-    """Run ``function(*inputs(**case))`` under compute-sanitizer in a child process.
+    """Run ``function(*inputs(**case))`` once under compute-sanitizer, in a worker of its own.
 
-    ``inputs`` names a grader function ("module:function") that builds the arguments on the GPU;
-    the student's function travels by value (cloudpickle), as to the worker.
+    ``inputs`` names a grader function ("module:function") that builds the arguments on the GPU.
+    The run is an ordinary check (:func:`run_once`) started through the worker's protocol
+    (:func:`autograder.isolation.run_check` with compute-sanitizer as its launcher): the student's
+    function travels by value, the guard and the caps are the worker's, and only a nonce-signed
+    reply is believed.  A run lost before the student's code started is the grader's fault
+    (:class:`GraderFault`), never the student's.
     """
-    import cloudpickle
-
     sanitizer = _SANITIZER
     if sanitizer is None:
         purpose = "гонок в разделяемой памяти" if tool == "racecheck" else "выходов за границы массивов"
@@ -63,51 +63,51 @@ def sanitize(function, inputs: str, case: dict, *, tool: str = "racecheck", time
                           "на этой машине невозможна, и эта проверка не засчитывается (0 баллов), а не "
                           "пропускается. В Colab он есть в /usr/local/cuda/bin; на машине преподавателя "
                           "проверка пройдёт полностью.")
-    payload = pickle.dumps({"function": cloudpickle.dumps(function), "inputs": inputs, "case": case,
-                            "tool": tool})
     with tempfile.TemporaryDirectory(prefix="autograder-sanitize-") as folder:
         log_path = os.path.join(folder, "sanitizer.log")
         # memcheck knows allocations, not which one a pointer came from: a read past K that lands in V
         # is "valid".  Padding after every allocation (never a valid address) makes such a read an error.
-        padding = ["--padding", str(SANITIZER_PADDING_BYTES)] if tool == "memcheck" else []
-        command = [sanitizer, "--tool", tool, *padding, "--log-file", log_path, "--print-limit", "20",
-                   sys.executable, "-I", "-c", "from autograder.sanitizer import _sanitize_child; _sanitize_child()"]
-        try:
-            done = subprocess.run(command, input=payload, capture_output=True, timeout=timeout_s, cwd=folder)
-        except subprocess.TimeoutExpired:
-            raise CheckFailed(f"запуск под compute-sanitizer не завершился за {timeout_s:g} с "
-                              "(ядро не завершается?).") from None
+        padding = ("--padding", str(SANITIZER_PADDING_BYTES)) if tool == "memcheck" else ()
+        launcher = (sanitizer, "--tool", tool, *padding, "--log-file", log_path, "--print-limit", "20")
+        request = {"inputs": inputs, "case": case, "exact_allocations": tool == "memcheck"}
+        result = isolation.run_check(RUN_ONCE, isolation.pack([function]), [request], timeout_s=timeout_s,
+                                     write_protected=(folder,), launcher=launcher)
         log = open(log_path, encoding="utf-8", errors="replace").read() if os.path.exists(log_path) else ""
+    if result.grader_fault:
+        raise GraderFault(f"запуск под compute-sanitizer --tool {tool} не дошёл до вашего кода. {result.message}")
     errors = warnings = 0
     summaries = _SUMMARY.findall(log)
     for kind, total, errs, warns in summaries:
         errors += int(errs) if errs else int(total)
         warnings += int(warns or 0)
-    if done.returncode != 0 and not errors:
-        tail = (done.stdout + done.stderr).decode("utf-8", "replace").strip()[-600:]
-        raise CheckFailed(f"запуск под compute-sanitizer завершился с кодом {done.returncode}"
-                          + (f":\n{tail}" if tail else "") + gpu._explain_cuda(tail))
+    if not result.passed and not errors:
+        if result.message.startswith("Проверка прервана"):  # the worker's timeout
+            raise CheckFailed(f"запуск под compute-sanitizer не завершился за {timeout_s:g} с "
+                              "(ядро не завершается?).")
+        raise CheckFailed(f"запуск под compute-sanitizer не удался: {result.message}")
     if not summaries:
         raise CheckFailed("compute-sanitizer не выдал итогов проверки:\n" + shorten(log[-600:], 600))
-    return SanitizerReport(errors, warnings, log, done.returncode)
+    return SanitizerReport(errors, warnings, log, 0 if result.passed else 1)
 
 
-def _sanitize_child() -> None:
-    """Inside compute-sanitizer: build the inputs, run the student's function once, wait."""
+RUN_ONCE = "sanitizer.run_once"
+
+
+@gpu.gpu_check(RUN_ONCE, points=0, title="один запуск функции студента под compute-sanitizer", timeout_s=75.0)
+def run_once(function, cases):
+    """Inside compute-sanitizer: build the inputs, run the student's function once, wait for its kernels."""
     import importlib
 
-    request = pickle.loads(sys.stdin.buffer.read())
-    if request.get("tool") == "memcheck":  # no pool: memcheck sees each array's exact bounds
+    (request,) = cases
+    if request["exact_allocations"]:  # no pool: memcheck sees each array's exact bounds
         gpu._EXACT_ALLOCATIONS = True
         gpu._cp.cuda.set_allocator(None)
     module, name = request["inputs"].split(":")
     args = getattr(importlib.import_module(module), name)(**request["case"])
     gpu._warm_up()
-    guard.install(gpu=True)
-    with guard.student_code():
-        function = pickle.loads(request["function"])
-        function(*args)
+    call_student(function, *args, case=describe_case(**request["case"]), what="функция")
     gpu._cp.cuda.Device().synchronize()
+    return "выполнено"
 
 
 def sanitizer_check(function, inputs: str, case_args: dict, case: str, *, races: bool) -> list[str]:

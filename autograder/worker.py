@@ -32,12 +32,14 @@ STARTED = b"started"
 FILE_LIMIT_MIB = 64
 
 
-def _reply(fd: int, nonce: bytes, passed: bool, message: str, mistake, not_started=False) -> None:
-    text = '{"passed": %s, "message": %s, "mistake": %s, "not_started": %s}' % (
+def _reply(fd: int, nonce: bytes, passed: bool, message: str, mistake, not_started=False,
+           grader_fault=False) -> None:
+    text = '{"passed": %s, "message": %s, "mistake": %s, "not_started": %s, "grader_fault": %s}' % (
         "true" if passed is True else "false",
         _quote(message if type(message) is str else "?"),
         _quote(mistake) if type(mistake) is str else "null",
-        "true" if not_started is True else "false")
+        "true" if not_started is True else "false",
+        "true" if grader_fault is True else "false")
     _write(fd, b"\n" + nonce + b" " + text.encode("ascii") + b"\n")
 
 
@@ -68,13 +70,13 @@ def main() -> None:
     sys.stdout = sys.stderr = open(output.fileno(), "w", closefd=False)
 
     from autograder import guard
-    from autograder.core import CheckFailed, get_check, shorten
+    from autograder.core import CheckFailed, GraderFault, get_check, shorten
 
     check = get_check(request["check_id"])
     guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB)
     guard.install(gpu=check.needs_gpu, secret_dirs=request.get("secret_dirs", ()),
                   write_protected=request.get("write_protected", ()))
-    passed, message, mistake, not_started = False, "", None, False
+    passed, message, mistake, not_started, fault = False, "", None, False, False
     if os.environ.get("AUTOGRADER_INJECT_WORKER_FAULT") == request["check_id"]:
         _exit(0)  # fault injection (tests/test_class_faults.py): a worker lost before the student's code
     # From here on the student's code may end the process; before it, a missing verdict is the grader's.
@@ -90,8 +92,12 @@ def main() -> None:
             raise CheckFailed(f"Не удалось восстановить ваш объект для проверки: "
                               f"{name}: {shorten(text, 300)}") from None
         cases = request["cases"]
+        if os.environ.get("AUTOGRADER_INJECT_GRADER_FAULT") == request["check_id"]:
+            raise GraderFault("проверочный сбой (AUTOGRADER_INJECT_GRADER_FAULT)")  # tests/test_hardening_worker.py
         detail = check.function(*objects, **({"cases": cases} if cases is not None else {}))
         passed, message = True, detail if type(detail) is str else ""
+    except GraderFault as error:  # raised by grader code only: call_student turns student errors into CheckFailed
+        message, fault = str(error), True
     except CheckFailed as failure:
         message, mistake = str(failure), getattr(failure, "mistake", None)
         not_started = getattr(failure, "not_started", False) is True
@@ -108,7 +114,7 @@ def main() -> None:
     tampering = guard.verify()
     if tampering:
         passed, message, mistake, not_started = False, f"Нарушение правил проверки: {tampering}.", None, False
-    _reply(reply_fd, nonce, passed, message, mistake, not_started)
+    _reply(reply_fd, nonce, passed, message, mistake, not_started, fault)
     _exit(0)  # skip interpreter teardown: student objects may have hostile finalisers
 
 

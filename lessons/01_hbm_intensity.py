@@ -35,8 +35,13 @@ GPUS = {
     "A100 40GB": (312e12, 1.555e12),
     "A100 80GB SXM": (312e12, 2.039e12),
     "H100 SXM": (989e12, 3.35e12),
-    "H200": (989e12, 4.8e12),
+    "H200 SXM": (989e12, 4.8e12),
 }
+# Пик fp32 на CUDA-ядрах (без тензорных ядер), FLOP/s: здесь идут поэлементные операции — RMSNorm, epilogue SwiGLU, softmax.
+FP32_CUDA_CORES = {"A100 40GB": 19.5e12, "A100 80GB SXM": 19.5e12, "H100 SXM": 67e12, "H200 SXM": 67e12}
+# exp считают SFU (special function units, блоки специальных функций): у H100 SXM около 3.9·10¹² exp в секунду
+# (статья FlashAttention-3, раздел 3). H200 — тот же чип GH100 с теми же 67 TFLOP/s fp32, берём то же число.
+SFU_EXP_PER_S = {"H100 SXM": 3.9e12, "H200 SXM": 3.9e12}
 
 
 # %% [markdown]
@@ -44,8 +49,9 @@ GPUS = {
 # [A100](https://www.nvidia.com/en-us/data-center/a100/) (BF16 Tensor Core 312 TFLOPS; HBM2 1 555 ГБ/с у 40 ГБ,
 # HBM2e 2 039 ГБ/с у 80 ГБ SXM), [H100](https://www.nvidia.com/en-us/data-center/h100/) (H100 SXM: BF16 1 979 TFLOPS
 # со sparsity, то есть 989 dense; HBM3 3,35 ТБ/с), [H200](https://www.nvidia.com/en-us/data-center/h200/) (те же 989 TFLOPS
-# dense, HBM3e 4,8 ТБ/с). В таблицах NVIDIA рядом с тензорными числами стоит сноска «with sparsity»: для обычных (плотных)
-# матриц пик вдвое меньше — его мы и берём.
+# dense, HBM3e 4,8 ТБ/с; это H200 SXM, у H200 NVL пик ниже). В таблицах NVIDIA рядом с тензорными числами стоит сноска «with sparsity»: для обычных (плотных)
+# матриц пик вдвое меньше — его мы и берём. Пик fp32 без тензорных ядер там же: 19,5 TFLOPS у A100, 67 TFLOPS у H100 SXM
+# и H200.
 #
 # ## 1. Модель времени: roofline
 #
@@ -114,6 +120,18 @@ for name, (peak, bandwidth) in GPUS.items():
 # %% [markdown]
 # Ridge point у всех четырёх — от 150 до 300 FLOP/байт: чтобы загрузить тензорные ядра, на каждый байт из HBM
 # нужно сделать сотни операций. H200 быстрее H100 только по памяти, поэтому его излом левее (206 против 295).
+#
+# Но это крыша **тензорных ядер**, а на них идут только матричные умножения (GEMM). Поэлементные операции — RMSNorm,
+# epilogue SwiGLU, softmax — исполняются на обычных CUDA-ядрах в fp32, и их крыша в 15 раз ниже; `exp` считают отдельные
+# блоки SFU, ещё в 17 раз медленнее. Излом fp32-крыши:
+
+# %%
+for name, (peak, bandwidth) in GPUS.items():
+    peak32 = FP32_CUDA_CORES[name]
+    print(f"{name:>14}: fp32 {peak32 / 1e12:4.1f} TFLOP/s, ridge {ridge_point(peak32, bandwidth):4.1f} FLOP/байт "
+          f"(тензорные ядра: {ridge_point(peak, bandwidth):3.0f})")
+print(f"H100 SXM: тензорные ядра / fp32 = {GPUS['H100 SXM'][0] / FP32_CUDA_CORES['H100 SXM']:.0f}x, "
+      f"fp32 / SFU = {FP32_CUDA_CORES['H100 SXM'] / SFU_EXP_PER_S['H100 SXM']:.0f}x")
 
 # %% nbgrader={"grade": false, "grade_id": "attainable_flops", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def attainable_flops(intensity, peak_flops, bandwidth):
@@ -131,7 +149,7 @@ def attainable_flops(intensity, peak_flops, bandwidth):
 from autograder import grade
 grade('lesson01.attainable_flops', attainable_flops)
 ### BEGIN HIDDEN TESTS
-grade('lesson01.attainable_flops', attainable_flops, cases=[{'intensity': 0.4, 'gpu': 'A100 40GB'}, {'intensity': 295.0, 'gpu': 'H200'}, {'intensity': 7.0, 'peak_flops': 10.0, 'bandwidth': 2.0}])
+grade('lesson01.attainable_flops', attainable_flops, cases=[{'intensity': 0.4, 'gpu': 'A100 40GB'}, {'intensity': 295.0, 'gpu': 'H200 SXM'}, {'intensity': 7.0, 'peak_flops': 10.0, 'bandwidth': 2.0}])
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": false, "grade_id": "roofline_time", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -163,6 +181,38 @@ bytes_moved = 2 * d * bf16 * tokens
 peak, bandwidth = GPUS["H100 SXM"]
 print(f"H100 SXM: по FLOPs {flops / peak * 1e6:.3f} мкс, по байтам {bytes_moved / bandwidth * 1e6:.2f} мкс, "
       f"оценка {roofline_time(flops, bytes_moved, peak, bandwidth) * 1e6:.2f} мкс")
+print(f"по FLOPs на fp32 CUDA-ядрах (где RMSNorm и считается): {flops / FP32_CUDA_CORES['H100 SXM'] * 1e6:.2f} мкс")
+
+
+# %% [markdown]
+# **Запуск ядра.** 5 мкс — это столько же, сколько стоит сам запуск ядра. В уроке 06 на H200 курса пустое ядро,
+# запускаемое подряд, занимает 5.0 мкс на запуск (CUDA events; `benchmarks/results/gpu_kernels_h200.json`, ключ
+# `cuda_basics`), а запуск с ожиданием результата — 9.5 мкс. Грубая модель одного ядра поэтому
+#
+# $$t \approx t_\text{launch} + \max\left(\frac{\text{FLOPs}}{P},\ \frac{\text{bytes}}{B}\right).$$
+#
+# Она грубая: запуски подряд частично перекрываются с работой предыдущего ядра. Но порядок величины она даёт верный.
+#
+# **Прогноз.** На декоде (один токен, T = 1) та же RMSNorm читает и пишет по одной строке. Во сколько раз запуск дольше,
+# чем оценка roofline? Впишите прогноз (не оценивается; можно оставить `None`).
+
+# %%
+my_guess_launch_ratio = None   # ваш прогноз: t_launch / оценка roofline для RMSNorm на одном токене
+
+# %%
+T_LAUNCH = 5.0e-6   # с, пустое ядро подряд, H200 курса (урок 06)
+t_roof = roofline_time(4 * d, 2 * d * bf16, peak, bandwidth)
+print(f"декод, T = 1: roofline {t_roof * 1e9:.1f} нс, запуск {T_LAUNCH * 1e6:.1f} мкс; отношение {T_LAUNCH / t_roof:,.0f}"
+      + ("" if my_guess_launch_ratio is None else f" (ваш прогноз: {my_guess_launch_ratio:,})"))
+weights = (28 * (1024 * 2048 + 2 * 1024 * 1024 + 2048 * 1024 + 3 * 1024 * 3072) + 151936 * 1024) * bf16
+print(f"56 RMSNorm отдельными ядрами: {56 * T_LAUNCH * 1e6:.0f} мкс на токен; чтение всех весов Qwen3-0.6B "
+      f"({weights / 1e9:.2f} ГБ) на H100 SXM: {weights / bandwidth * 1e6:.0f} мкс")
+
+# %% [markdown]
+# На декоде байтов почти нет, и время RMSNorm — это время запуска. 56 норм отдельными ядрами стоят около 80 % от
+# чтения всех весов модели (слои и общая с эмбеддингом матрица LM head, 151 936 × 1024). Поэтому на декоде
+# сливают не ради байт, а ради числа запусков: норму объединяют с прибавлением residual (бонус урока 02), а весь шаг
+# декода записывают в CUDA graph, чтобы не платить CPU-часть запуска за каждое ядро.
 
 
 # %% nbgrader={"grade": false, "grade_id": "bound_by", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -181,7 +231,7 @@ def bound_by(flops, bytes_moved, peak_flops, bandwidth):
 from autograder import grade
 grade('lesson01.bound_by', bound_by)
 ### BEGIN HIDDEN TESTS
-grade('lesson01.bound_by', bound_by, cases=[{'flops': 8600000000.0, 'bytes_moved': 172000000.0, 'gpu': 'H200'}, {'flops': 1099511627776, 'bytes_moved': 402653184, 'gpu': 'A100 40GB'}, {'flops': 100.0, 'bytes_moved': 1.0, 'peak_flops': 1000.0, 'bandwidth': 1.0}])
+grade('lesson01.bound_by', bound_by, cases=[{'flops': 8600000000.0, 'bytes_moved': 172000000.0, 'gpu': 'H200 SXM'}, {'flops': 1099511627776, 'bytes_moved': 402653184, 'gpu': 'A100 40GB'}, {'flops': 100.0, 'bytes_moved': 1.0, 'peak_flops': 1000.0, 'bandwidth': 1.0}])
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -198,13 +248,16 @@ grade('lesson01.bad_input', arithmetic_intensity, ridge_point, attainable_flops,
 # %% [markdown]
 # ## 2. Трафик: сколько байт гоняет оператор
 #
-# Интенсивность зависит от того, **сколько раз данные проходят через HBM**. Считаем проходы по памяти: каждый отдельный
-# кернел читает свои входы из HBM и пишет выход обратно. Qwen3-0.6B: $d = 1024$, промежуточный размер MLP $I = 3072$,
+# Интенсивность зависит от того, **сколько раз данные проходят через HBM**. Считаем проходы по памяти: каждое отдельное
+# ядро читает свои входы из HBM и пишет выход обратно. Qwen3-0.6B: $d = 1024$, промежуточный размер MLP $I = 3072$,
 # 28 слоёв; bf16 — 2 байта на элемент.
 #
-# **RMSNorm** на строку $x \in \mathbb{R}^d$. Наивно (отдельные кернелы): прочитать $x$ и записать $x^2$; прочитать $x^2$
-# для среднего; прочитать $x$ ещё раз для нормировки и записать $y$ — пять проходов по $d$ элементов.
-# Fused: прочитать $x$, записать $y$ — два прохода (на GPU строка целиком лежит в регистрах, повторного чтения из HBM нет).
+# **RMSNorm** на строку $x \in \mathbb{R}^d$. Наивно (отдельные ядра): прочитать $x$ и записать $x^2$; прочитать $x^2$
+# для среднего; прочитать $x$ ещё раз для нормировки и записать $y$ — пять проходов по $d$ элементов. Это модель из трёх
+# ядер, где `x / rms * w` — одно поэлементное ядро. Если и деление, и умножение на $w$ — свои ядра (так исполняет выражение
+# CuPy или PyTorch без компиляции), добавляются запись и чтение $x / \text{rms}$: семь проходов (урок 02). Функция ниже
+# считает модель из пяти.
+# Слитое ядро (fused): прочитать $x$, записать $y$ — два прохода (на GPU строка целиком лежит в регистрах, повторного чтения из HBM нет).
 #
 # Напишите `rmsnorm_bytes_per_row(d, bytes_per_element=2) -> (naive, fused)` — байты на строку.
 
@@ -236,8 +289,8 @@ print(f"префилл: {norms * tokens * naive / 1e9:.2f} ГБ против {no
 # (q_norm и k_norm внутри attention Qwen3 и финальная норма здесь не учтены.)
 #
 # **SwiGLU** в MLP: $h = \operatorname{silu}(x W_\text{gate}) \odot (x W_\text{up})$, $g = x W_\text{gate}$ и $u = x W_\text{up}$
-# длины $I$ на токен. Наивно: два GEMM пишут $g$ и $u$ в HBM, отдельный кернел epilogue читает оба и пишет $h$ —
-# $5I$ элементов промежуточного трафика на токен. Fused на GPU: epilogue применяется к выходу GEMM прямо в регистрах,
+# длины $I$ на токен. Наивно: два GEMM пишут $g$ и $u$ в HBM, отдельное ядро epilogue читает оба и пишет $h$ —
+# $5I$ элементов промежуточного трафика на токен. Слитое ядро (fused) на GPU: epilogue применяется к выходу GEMM прямо в регистрах,
 # в HBM уходит только $h$ — $I$ элементов. (Чтение $x$ и весов одинаково в обоих вариантах, его не считаем.)
 #
 # Напишите `swiglu_bytes_per_token(I, bytes_per_element=2) -> (naive, fused)`.
@@ -274,6 +327,9 @@ print(f"префилл 4096 токенов, 28 слоёв: {total * naive / 2**3
 # и $O = PV$. У Qwen3-0.6B 16 голов запросов, head_dim $d = 128$. Размер $S$ не зависит от $d$: $n^2$ элементов на голову.
 #
 # Напишите `attention_scores_bytes(n, heads=16, bytes_per_element=2)` — байты матриц $S$ всех голов одного слоя.
+#
+# **Прогноз** до того, как считать: сколько гигабайт занимают матрицы $S$ одного слоя при $n = 32768$ в bf16? Впишите число
+# в ячейку после проверки (не оценивается).
 
 # %% nbgrader={"grade": false, "grade_id": "attention_scores_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def attention_scores_bytes(n, heads=16, bytes_per_element=2):
@@ -291,6 +347,10 @@ grade('lesson01.attention_scores_bytes', attention_scores_bytes, cases=[{'n': 20
 ### END HIDDEN TESTS
 
 # %%
+my_guess_scores_gb = None   # ваш прогноз: ГБ матриц S одного слоя при n = 32768
+
+# %%
+print(f"ответ: {16 * 32768**2 * 2 / 1e9:.1f} ГБ" + ("" if my_guess_scores_gb is None else f", ваш прогноз: {my_guess_scores_gb} ГБ"))
 for n in (4096, 32768):
     layer = attention_scores_bytes(n)
     head = attention_scores_bytes(n, heads=1)
@@ -303,7 +363,7 @@ for n in (4096, 32768):
 # При $n = 32768$ — 34 ГБ на слой: почти вся память A100 40GB, больше трети H100 (80 ГБ) и четверть H200 (141 ГБ),
 # и это только один слой без весов и KV-кэша. Материализация $S$ здесь уже вопрос «запустится ли вообще», а не скорости.
 #
-# **Трафик наивного attention на голову.** Отдельные кернелы ходят в HBM так:
+# **Трафик наивного attention на голову.** Отдельные ядра ходят в HBM так:
 # 1. `запись S` — GEMM $QK^\top$ пишет $S$ ($n^2$);
 # 2. `чтение S для max` — максимум по строке ($n^2$);
 # 3. `чтение S для exp` — $\exp(S - m)$, сумма строки считается в том же проходе ($n^2$);
@@ -441,7 +501,7 @@ MY_GPU = "H100 SXM"   # любой ключ из GPUS
 d, I, n, head_dim, tokens = 1024, 3072, 4096, 128, 4096
 ops = {
     "RMSNorm": (4 * d, rmsnorm_bytes_per_row(d)[1]),                  # fused, на строку
-    "SwiGLU epilogue": (5 * I, 3 * I * 2),                            # отдельный кернел: прочитать g, u, записать h
+    "SwiGLU epilogue": (5 * I, 3 * I * 2),                            # отдельное ядро: прочитать g, u, записать h
     "naive attention": (4 * n * n * head_dim, sum(naive_attention_traffic(n, head_dim).values())),
     "GEMM gate_up": gemm_traffic(tokens, 2 * I, d),
 }
@@ -450,22 +510,105 @@ for name, (flops, size) in ops.items():
     print(f"{name:>16}: I = {arithmetic_intensity(flops, size):8.2f} FLOP/байт -> {bound_by(flops, size, peak, bandwidth)}")
 ax = plot_roofline(MY_GPU, ops)
 
+# %% [markdown]
+# На вашем графике одна крыша — тензорных ядер. Но RMSNorm и epilogue SwiGLU на тензорных ядрах не идут: их крыша —
+# fp32 CUDA-ядер, а `exp` (в silu и softmax) — ещё ниже, у SFU. Дорисуем обе на тех же осях и сравним каждый оператор
+# с его собственной крышей.
+
+# %%
+peak, bandwidth = GPUS[MY_GPU]
+peak32 = FP32_CUDA_CORES[MY_GPU]
+xs = np.logspace(*np.log10(ax.get_xlim()), 200)      # в пределах осей графика
+ax.plot(xs, np.minimum(peak32, xs * bandwidth), "--", color="tab:blue",
+        label=f"CUDA-ядра fp32: {peak32 / 1e12:.1f} TFLOP/s")
+if MY_GPU in SFU_EXP_PER_S:
+    ax.axhline(SFU_EXP_PER_S[MY_GPU], ls=":", color="tab:red", label="SFU: exp в секунду")
+ax.legend(fontsize=8, loc="lower right")
+for name in ("RMSNorm", "SwiGLU epilogue"):
+    intensity = arithmetic_intensity(*ops[name])
+    print(f"{name:>16}: I = {intensity:.2f}; ridge fp32 {ridge_point(peak32, bandwidth):.1f}, ridge / I = "
+          f"{ridge_point(peak32, bandwidth) / intensity:.0f} (по крыше тензорных ядер было бы "
+          f"{ridge_point(peak, bandwidth) / intensity:.0f})")
+if MY_GPU in SFU_EXP_PER_S:
+    sfu = SFU_EXP_PER_S[MY_GPU]
+    exp_per_byte = I / (3 * I * 2)          # epilogue SwiGLU: один exp (в silu) на элемент, 6 байт на элемент
+    print(f"SwiGLU epilogue: SFU успевают при {sfu / exp_per_byte / 1e12:.0f} ТБ/с, а HBM даёт {bandwidth / 1e12:.2f} — "
+          "упирается в память")
+    t_matmul = 4 * n * n * head_dim / peak  # attention на голову: QKᵀ и PV на тензорных ядрах
+    t_exp = n * n / sfu                     # exp на каждый элемент S на SFU
+    print(f"attention, d = {head_dim}: exp на SFU {t_exp * 1e6:.0f} мкс против GEMM {t_matmul * 1e6:.0f} мкс на голову "
+          f"({t_exp / t_matmul:.0%})")
+ax.figure
+
 # %% nbgrader={"grade": true, "grade_id": "test_lesson01_roofline_plot", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
 # Проверка: График roofline: координаты крыши и точек (3 б.)
 from autograder import grade
 grade('lesson01.roofline_plot', plot_roofline)
 ### BEGIN HIDDEN TESTS
-grade('lesson01.roofline_plot', plot_roofline, cases=[{'gpu': 'A100 40GB', 'ops': {'elementwise': [10, 1000], 'big GEMM': [1099511627776, 402653184]}}, {'gpu': 'H200', 'ops': {'A': [1000000000.0, 1000000.0], 'B': [1000000.0, 1000000.0], 'C': [300000000.0, 1000000.0]}}])
+grade('lesson01.roofline_plot', plot_roofline, cases=[{'gpu': 'A100 40GB', 'ops': {'elementwise': [10, 1000], 'big GEMM': [1099511627776, 402653184]}}, {'gpu': 'H200 SXM', 'ops': {'A': [1000000000.0, 1000000.0], 'B': [1000000.0, 1000000.0], 'C': [300000000.0, 1000000.0]}}])
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# Итак, для поэлементных операций честный множитель — против излома fp32 (10–20 FLOP/байт), а не тензорных ядер
+# (150–300): RMSNorm и epilogue SwiGLU всё равно упираются в память, с запасом в 10–20 раз. А в attention `exp` на SFU
+# занимает около половины времени GEMM — к этому вернётся FlashAttention-3 (урок 10), статья которого приводит те же
+# числа (989 TFLOPS матричных против 3.9 TFLOPS специальных функций у H100 SXM5, раздел 3).
+#
+# ## 6. Вся модель: когда attention перевешивает
+#
+# Сравним на префилле одного слоя Qwen3-0.6B две части: линейные слои (проекции q, k, v, o и три матрицы MLP — это GEMM
+# с $2 \cdot T \cdot W$ FLOP, где $W$ — число весов слоя) и attention с causal-маской ($QK^\top$ и $PV$, половина от
+# $4 n^2 d$ на каждую из 16 голов). Поэлементные операции (две нормы и epilogue SwiGLU; softmax — внутри слитого attention)
+# упираются в память, их считаем отдельно по байтам.
+#
+# **Прогноз.** При какой длине контекста $n$ FLOPs attention слоя сравняются с FLOPs его линейных слоёв?
+
+# %%
+my_guess_crossover_n = None   # ваш прогноз: n, при котором attention = линейные слои по FLOPs
+
+# %%
+hidden, heads, kv_heads, head_dim, inter, layers = 1024, 16, 8, 128, 3072, 28
+W_layer = (hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
+           + 3 * hidden * inter)
+crossover = W_layer / (heads * head_dim)      # 2·n·W = 2·n²·d·H (causal: половина от 4·n²·d·H)
+print(f"весов на слой: {W_layer / 1e6:.2f} млн; attention = линейные слои при n = {crossover:,.0f}"
+      + ("" if my_guess_crossover_n is None else f" (ваш прогноз: {my_guess_crossover_n:,})"))
+peak, bandwidth = GPUS["H100 SXM"]
+for n_ctx in (4096, 32768):
+    linear = layers * 2 * n_ctx * W_layer
+    attention = layers * 2 * n_ctx * n_ctx * head_dim * heads
+    elementwise = layers * n_ctx * (2 * rmsnorm_bytes_per_row(hidden)[1] + 3 * inter * bf16)  # 2 нормы + epilogue
+    t_lin, t_att = linear / peak, attention / peak
+    t_el = elementwise / bandwidth
+    total = t_lin + t_att + t_el
+    print(f"n = {n_ctx:5d}: линейные {t_lin * 1e3:6.2f} мс ({t_lin / total:.0%}), attention {t_att * 1e3:6.2f} мс "
+          f"({t_att / total:.0%}), поэлементные слитые {t_el * 1e3:5.2f} мс ({t_el / total:.0%}); H100 SXM, 28 слоёв")
+
+# %% [markdown]
+# Оценка по пику (идеальные ядра): при 4096 токенах линейные слои ещё больше attention, при 32768 attention занимает
+# уже около трёх четвертей времени, потому что растёт как $n^2$. Даже слитые поэлементные операции — заметная доля
+# при коротком контексте (их байты растут как $n$, как и FLOPs линейных слоёв); наивные версии с 2,5–5-кратным трафиком
+# (раздел 2) сделали бы её в разы больше. LM head (151 936 × 1024) здесь не учтён: на префилле его считают только для
+# последнего токена.
+#
 # ## Итог
 #
-# - Время оператора снизу — $\max(\text{FLOPs}/P, \text{bytes}/B)$; ridge point у A100/H100/H200 — 150–300 FLOP/байт.
-# - RMSNorm (~1 FLOP/байт) и SwiGLU epilogue (<1) далеко левее излома: их ускоряет только сокращение байт — fusion
-#   (10d против 4d байт на строку RMSNorm, 5I против I на токен SwiGLU).
+# - Время оператора снизу — $\max(\text{FLOPs}/P, \text{bytes}/B)$, плюс около 5 мкс на запуск ядра; ridge point
+#   тензорных ядер у A100/H100/H200 — 150–300 FLOP/байт, fp32 CUDA-ядер — 10–20.
+# - RMSNorm (~1 FLOP/байт) и SwiGLU epilogue (<1) левее даже fp32-излома: их ускоряет только сокращение байт — слияние
+#   (10d против 4d байт на строку RMSNorm, 5I против I на токен SwiGLU). На декоде их время — время запуска.
 # - Наивный attention (~50 FLOP/байт) тоже memory-bound из-за пяти проходов по $S$/$P$; при $n = 32768$ одна только $S$
 #   занимает 34 ГБ на слой.
 # - Большой GEMM (сотни FLOP/байт) — compute-bound; тот же GEMM на одном токене — нет.
+# - На префилле Qwen3-0.6B attention догоняет линейные слои по FLOPs при $n \approx 7700$ и дальше растёт как $n^2$.
 #
-# Дальше: fused RMSNorm (урок 02), fused SwiGLU (урок 03), online softmax (урок 04) и FlashAttention (урок 05).
+# Дальше: слитая (fused) RMSNorm (урок 02), SwiGLU (урок 03), online softmax (урок 04) и FlashAttention (урок 05).
+
+# %% [markdown]
+# ## Вопросы к следующему уроку
+#
+# 1. Выражение `x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w`: сколько проходов по памяти оно сделает,
+#    если каждая операция — отдельное ядро? А если `x / rms * w` — одно ядро?
+# 2. Сколько временных массивов размера (T, D) NumPy держит одновременно, пока считает это выражение?
+# 3. Сумма 4096 квадратов копится в float32. Насколько она может разойтись с точной, и нужно ли для RMSNorm что-то
+#    вроде алгоритма Уэлфорда (Welford), как для дисперсии?

@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # Урок 02. Fused RMSNorm: байты, а не FLOPы
+# # Урок 02. Слитая (fused) RMSNorm: байты, а не FLOPы
 #
 # **Модуль 07 «Fused-операторы и FlashAttention»**, курс *LLM Inference Systems*.
 #
@@ -40,7 +40,11 @@ from autograder.plots import measure_peaks, plot_peaks, MiB
 # $\max(\text{FLOPs}/\text{peak}, \text{bytes}/\text{bandwidth})$. Отношение FLOPs/bytes — **арифметическая интенсивность** $I$.
 # Если $I$ меньше **ridge point** $P/B$ (пиковая производительность, делённая на пропускную способность памяти), оператор упирается в память.
 #
-# На строку RMSNorm приходится около $4d$ FLOP (квадрат, сумма, умножение на $1/\text{rms}$, умножение на вес), а байт минимум $4d$ в bf16: прочитать $x$ ($2d$) и записать $y$ ($2d$). Посчитаем и сравним с ridge point реальных GPU (пики bf16 dense и пропускная способность HBM из спецификаций NVIDIA: A100, H100 SXM, H200).
+# На строку RMSNorm приходится около $4d$ FLOP (квадрат, сумма, умножение на $1/\text{rms}$, умножение на вес), а байт минимум $4d$ в bf16: прочитать $x$ ($2d$) и записать $y$ ($2d$). Посчитаем и сравним с ridge point реальных GPU (спецификации NVIDIA: A100, H100 SXM, H200 SXM).
+#
+# С каким ridge point сравнивать? RMSNorm — поэлементная операция и редукция: она идёт не на тензорных ядрах (они только
+# умножают матрицы), а на обычных CUDA-ядрах в fp32. Её крыша — пик fp32 (19,5 TFLOPS у A100, 67 у H100 SXM и H200),
+# а не bf16 тензорных ядер (312 и 989). Напечатаем оба излома.
 
 # %%
 d = 1024                      # d_model Qwen3-0.6B
@@ -50,46 +54,72 @@ bytes_per_row_fused = 2 * d * bf16   # прочитать x, записать y
 intensity = flops_per_row / bytes_per_row_fused
 print(f"интенсивность RMSNorm: {intensity:.2f} FLOP/байт")
 
-gpus = {  # (пик bf16 dense, FLOP/s; HBM, байт/с) — NVIDIA datasheets
-    "A100 40GB": (312e12, 1.555e12),
-    "A100 80GB SXM": (312e12, 2.039e12),
-    "H100 SXM": (989e12, 3.35e12),
-    "H200": (989e12, 4.8e12),
+gpus = {  # (пик bf16 dense на тензорных ядрах, пик fp32 на CUDA-ядрах, FLOP/s; HBM, байт/с) — NVIDIA datasheets
+    "A100 40GB": (312e12, 19.5e12, 1.555e12),
+    "A100 80GB SXM": (312e12, 19.5e12, 2.039e12),
+    "H100 SXM": (989e12, 67e12, 3.35e12),
+    "H200 SXM": (989e12, 67e12, 4.8e12),
 }
-for name, (peak, bandwidth) in gpus.items():
-    ridge = peak / bandwidth
-    print(f"{name:>14}: ridge point {ridge:5.0f} FLOP/байт — в {ridge / intensity:4.0f} раз выше интенсивности RMSNorm")
+for name, (peak, peak32, bandwidth) in gpus.items():
+    ridge, ridge32 = peak / bandwidth, peak32 / bandwidth
+    print(f"{name:>14}: ridge fp32 {ridge32:4.1f} FLOP/байт, ridge / I = {ridge32 / intensity:3.0f} "
+          f"(по крыше тензорных ядер было бы {ridge / intensity:3.0f})")
 
 # %% [markdown]
-# Вывод: у RMSNorm интенсивность около 1 FLOP/байт, а ridge point — от 150 до 300. Вычислительные блоки почти всё время ждут память,
-# поэтому ускорить такой оператор можно только одним способом: **прочитать и записать меньше байт**.
+# Вывод: у RMSNorm интенсивность около 1 FLOP/байт, а ridge point её настоящей, fp32-крыши — от 10 до 20 (у тензорных
+# ядер было бы 150–300, но RMSNorm на них не идёт). Даже против fp32 запас в 10–20 раз: вычислительные блоки почти всё время
+# ждут память, поэтому ускорить такой оператор можно только одним способом: **прочитать и записать меньше байт**.
 #
 # ## 2. Сколько байт гоняет наивная версия
 #
-# Наивная запись `x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w` на GPU — это несколько отдельных кернелов, и каждый
-# ходит в HBM: прочитать $x$, записать $x^2$; прочитать $x^2$ для среднего; прочитать $x$ ещё раз для нормировки; записать $y$.
-# Это пять проходов по $d$ элементам против двух у слитой версии (прочитать $x$, записать $y$).
+# Наивная запись `x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w` на GPU — это несколько отдельных ядер, и каждое
+# ходит в HBM. Сколько проходов, зависит от того, как операции разложены по ядрам; назовём обе модели.
+#
+# - **Каждая операция — своё ядро** (так выражение исполняют CuPy и PyTorch без компиляции): `x * x` читает $x$ и пишет
+#   $x^2$; `mean` читает $x^2$; `x / rms` читает $x$ и пишет частное; `* w` читает частное и пишет $y$ — **семь** проходов
+#   (массивы длины $T$ и вектор $w$ не считаем: они в $d$ или $T$ раз меньше).
+# - **`x / rms * w` — одно поэлементное ядро** (так его слил бы компилятор, например `torch.compile`): частное не выходит
+#   в HBM — **пять** проходов. Эту модель считает урок 01.
+#
+# Слитая версия — два прохода (прочитать $x$, записать $y$).
+#
+# **Прогноз.** Во сколько раз больше байт гоняет модель «каждая операция — своё ядро», чем слитое ядро?
 
 # %%
+my_guess_naive_ratio = None   # ваш прогноз: байты «каждая операция — своё ядро» / байты слитого ядра
+
+# %%
+passes_per_op = {"read x (x*x)": d, "write x²": d, "read x² (mean)": d, "read x (x/rms)": d, "write x/rms": d,
+                 "read x/rms (*w)": d, "write y": d}
 passes_naive = {"read x": d, "write x²": d, "read x² (mean)": d, "read x (normalise)": d, "write y": d}
 passes_fused = {"read x": d, "write y": d}
+per_op_bytes = sum(passes_per_op.values()) * bf16
 naive_bytes = sum(passes_naive.values()) * bf16
 fused_bytes = sum(passes_fused.values()) * bf16
-print(f"на строку, d={d}, bf16: наивно {naive_bytes:,} байт, fused {fused_bytes:,} байт ({naive_bytes / fused_bytes:.1f}x)")
+print(f"на строку, d={d}, bf16: каждая операция — ядро {per_op_bytes:,} байт ({per_op_bytes / fused_bytes:.1f}x), "
+      f"x/rms*w одним ядром {naive_bytes:,} байт ({naive_bytes / fused_bytes:.1f}x), слитое ядро {fused_bytes:,} байт"
+      + ("" if my_guess_naive_ratio is None else f"; ваш прогноз: {my_guess_naive_ratio}x"))
 
 layers, norms_per_layer, tokens = 28, 2, 4096   # Qwen3-0.6B: 28 слоёв, RMSNorm перед attention и перед MLP
 norms = layers * norms_per_layer
 print(f"префилл {tokens} токенов, {norms} норм: наивно {norms * tokens * naive_bytes / 1e9:.2f} ГБ, "
-      f"fused {norms * tokens * fused_bytes / 1e9:.2f} ГБ")
+      f"слитое ядро {norms * tokens * fused_bytes / 1e9:.2f} ГБ")
 
 
 # %% [markdown]
-# (q_norm и k_norm внутри attention Qwen3 и финальную норму мы здесь не считаем.)
+# (q_norm и k_norm внутри attention Qwen3 и финальную норму мы здесь не считаем. Префилл посчитан по модели из пяти
+# проходов, как в уроке 01; по модели из семи — в 7/5 раза больше.) В уроке 07 наивная композиция CuPy — это модель из
+# семи проходов, и там мы сравним её измеренное время с этими 3.5x.
 #
 # ## 3. Наивная версия в NumPy и её память
 #
 # На CPU тот же эффект виден как память: каждая промежуточная операция NumPy создаёт новый массив (T, D).
-# Измерим пик через `tracemalloc` (NumPy сообщает ему о своих буферах данных).
+# Измерим пик через `tracemalloc` (NumPy сообщает ему о своих буферах данных) при T = 8192, D = 4096 в float32.
+#
+# **Прогноз.** Выход занимает 128 МиБ. Каков пик памяти наивной версии в МиБ (сверх входа)?
+
+# %%
+my_guess_peak_mib = None   # ваш прогноз: пик tracemalloc наивной версии, МиБ
 
 # %%
 def rms_norm_naive(x, w, eps=1e-6):
@@ -103,7 +133,8 @@ tracemalloc.start()
 y = rms_norm_naive(x, w)
 _, peak = tracemalloc.get_traced_memory()
 tracemalloc.stop()
-print(f"выход: {y.nbytes / MiB:.0f} МиБ, пик наивной версии: {peak / MiB:.0f} МиБ ({peak / y.nbytes:.1f} выхода)")
+print(f"выход: {y.nbytes / MiB:.0f} МиБ, пик наивной версии: {peak / MiB:.0f} МиБ ({peak / y.nbytes:.1f} выхода)"
+      + ("" if my_guess_peak_mib is None else f"; ваш прогноз: {my_guess_peak_mib} МиБ"))
 del x, y
 
 
@@ -118,8 +149,9 @@ del x, y
 # - никаких временных массивов размера (T, D), кроме выхода: пик памяти ≈ размер выхода;
 # - `x` и `w` не изменять; `eps` — под корнем.
 #
-# Подсказки: сумму квадратов по строкам можно посчитать без $x^2$ целиком (`np.einsum('td,td->t', x, x)` или по блокам строк);
-# нормировать можно прямо в выходной массив (`np.multiply(..., out=out)`); следите, чтобы не появился float64 (NumPy 2: скаляр
+# Подсказки: сумма квадратов строки — это скалярное произведение строки на саму себя, и у NumPy есть функции, которые
+# считают его, не создавая $x^2$ целиком (или считайте по блокам строк); у поэлементных функций NumPy есть параметр,
+# который велит писать результат в уже выделенный массив; следите, чтобы не появился float64 (NumPy 2: скаляр
 # `np.float64` повышает массив float32).
 
 # %% nbgrader={"grade": false, "grade_id": "fused_rms_norm", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -235,14 +267,102 @@ peaks = measure_peaks({"наивная": rms_norm_naive, "fused_rms_norm": fused
 fig = plot_peaks(sizes, peaks, xlabel="T (токенов)", title=f"RMSNorm, D={D}, float32",
                  reference={"размер выхода": [T * D * 4 for T in sizes]})
 for T, naive, fused in zip(sizes, peaks["наивная"], peaks["fused_rms_norm"]):
-    print(f"T={T:5d}: наивная {naive / MiB:7.1f} МиБ, fused {fused / MiB:7.1f} МиБ, выход {T * D * 4 / MiB:6.1f} МиБ")
+    print(f"T={T:5d}: наивная {naive / MiB:7.1f} МиБ, слитая {fused / MiB:7.1f} МиБ, выход {T * D * 4 / MiB:6.1f} МиБ")
 
 
 # %% [markdown]
-# Наивная версия держит около двух выходов, fused — один. На GPU та же разница превращается во время:
+# Наивная версия держит около двух выходов, слитая — один. На GPU та же разница превращается во время:
 # каждый лишний проход по (T, D) — это лишние байты через HBM.
 #
-# ## 6. Бонус: `fused_add_rms_norm`
+# **Выделение памяти — не трафик.** Слитая версия NumPy не создаёт временных (T, D), но каждый вызов NumPy — отдельный
+# проход по всему массиву: `einsum` читает $x$, нормировка читает $x$ ещё раз и пишет выход, умножение на $w$ (если оно
+# отдельным вызовом) читает и пишет выход снова. Когда массив больше кэша процессора, каждый такой проход идёт через
+# DRAM. GPU-ядро урока 07 держит строку в регистрах и читает $x$ из HBM один раз. Засечём проходы эталонного решения
+# по отдельности (T = 4096, D = 4096, float32 — 64 МиБ; времена зависят от машины и её загрузки):
+
+# %%
+import time
+
+def best_of(fn, repeats=3):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+x = np.random.default_rng(1).standard_normal((4096, 4096), dtype=np.float32)
+w = np.ones(4096, dtype=np.float32)
+out = np.empty_like(x)
+inv_rms = np.ones(4096, dtype=np.float32)
+steps = {
+    "einsum: читает x": (lambda: np.einsum("td,td->t", x, x), 1),
+    "multiply(x, inv_rms, out=out): читает x, пишет out": (lambda: np.multiply(x, inv_rms[:, None], out=out), 2),
+    "out *= w: читает и пишет out": (lambda: np.multiply(out, w, out=out), 2),
+}
+total = 0.0
+for name, (fn, passes) in steps.items():
+    t = best_of(fn)
+    total += t
+    print(f"{name:>52}: {t * 1e3:6.1f} мс, {passes * x.nbytes / t / 1e9:5.1f} ГБ/с")
+try:
+    whole = f"{best_of(lambda: fused_rms_norm(x, w)) * 1e3:.1f} мс"
+except NotImplementedError:
+    whole = "ещё не написана"
+print(f"{'сумма шагов':>52}: {total * 1e3:6.1f} мс; ваша fused_rms_norm целиком: {whole}")
+print(f"массив x: {x.nbytes / MiB:.0f} МиБ; проходов по (T, D) у эталонного решения: 5 (у GPU-ядра: 2)")
+del x, out
+
+# %% [markdown]
+# Время решения — примерно сумма его проходов: NumPy не умеет держать строку между вызовами. Меньше проходов на CPU
+# дала бы обработка блоками строк, помещающимися в кэш (тогда второе чтение $x$ приходит из кэша), — если кэш меньше
+# массива. На этой задаче мы честно получаем только меньший пик памяти; меньший трафик — дело GPU-ядра.
+#
+# ## 6. Точность суммы квадратов в float32
+#
+# Ядро копит $\sum_j x_j^2$ в float32 (урок 07). Не нужен ли здесь алгоритм Уэлфорда (Welford), как для дисперсии?
+# Нет: у RMSNorm все слагаемые неотрицательны, и вычитания, в котором пропадают значащие цифры, нет. Ошибка суммы $n$
+# положительных чисел в float32 не больше $n \cdot u$ относительной ($u = 2^{-24}$), а на практике — порядка
+# $\sqrt{n} \cdot u$ при последовательном сложении и ещё меньше при попарном (так складывает NumPy и, деревом, блок
+# потоков на GPU). Для дисперсии $E[x^2] - E[x]^2$ всё иначе: при среднем 1000 и разбросе 1 вычитаются два почти равных
+# числа. Измерим обе вещи на строках длины 4096.
+#
+# **Прогноз.** Какая наибольшая относительная ошибка суммы 4096 квадратов в float32 при последовательном сложении
+# (по 1000 строкам)? Порядок величины: 1e-3, 1e-5, 1e-7?
+
+# %%
+my_guess_sumsq_error = None   # ваш прогноз: наибольшая относительная ошибка, например 1e-5
+
+# %%
+rows = np.random.default_rng(2).standard_normal((1000, 4096), dtype=np.float32)
+exact = np.einsum("td,td->t", rows.astype(np.float64), rows.astype(np.float64))
+squares = rows * rows
+variants = {
+    "последовательно (np.cumsum)": np.cumsum(squares, axis=-1, dtype=np.float32)[:, -1],
+    "попарно (np.sum)": np.sum(squares, axis=-1, dtype=np.float32),
+    "256 частичных сумм по 16, затем попарно (как блок GPU)":
+        np.sum(squares.reshape(1000, 16, 256).sum(axis=1, dtype=np.float32), axis=-1, dtype=np.float32),
+}
+u = 2.0**-24
+for name, got in variants.items():
+    error = np.max(np.abs(got.astype(np.float64) - exact) / exact)
+    print(f"{name:>55}: {error:.1e} (n·u = {4096 * u:.1e}, шаг bf16 у 1.0 = {2.0**-8:.1e})")
+if my_guess_sumsq_error is not None:
+    print(f"ваш прогноз: {my_guess_sumsq_error}")
+shifted = rows + np.float32(1000.0)   # среднее 1000, разброс 1
+mean_sq = np.sum(shifted * shifted, axis=-1, dtype=np.float32) / np.float32(4096)
+var_naive = mean_sq - (np.sum(shifted, axis=-1, dtype=np.float32) / np.float32(4096)) ** 2
+var_exact = shifted.astype(np.float64).var(axis=-1)
+print(f"дисперсия E[x²] − E[x]² в float32 при среднем 1000: относительная ошибка до "
+      f"{np.max(np.abs(var_naive - var_exact) / var_exact):.1e}")
+
+# %% [markdown]
+# Сумма квадратов в float32 теряет меньше, чем один шаг bf16 в выходе, на несколько порядков, — поэтому RMSNorm в
+# float32 с попарной или блочной суммой точна и без Уэлфорда. Дисперсия через $E[x^2] - E[x]^2$ при большом среднем
+# ошибается на десятки процентов: LayerNorm (вычитает среднее) считают в два прохода по строке в регистрах или алгоритмом
+# Уэлфорда.
+#
+# ## 7. Бонус: `fused_add_rms_norm`
 #
 # Бонус необязателен: его 3 балла идут сверх максимума урока. Пока функция не начата (в ней `raise NotImplementedError()`), его проверки пишут «○ … не выполнен», и ни Validate, ни оценка не считают это ошибкой.
 #
@@ -284,7 +404,18 @@ grade('lesson02.add_memory', fused_add_rms_norm, cases=[{'T': 512, 'D': 2048, 's
 # ## Итог
 #
 # - RMSNorm: ~1 FLOP/байт против ridge point 150–300 у A100/H100/H200 — оператор ограничен памятью.
-# - Слияние убирает проходы по памяти: 10d против 4d байт на строку в bf16 (5 проходов против 2).
-# - В NumPy это видно по пику памяти: наивная версия держит два (T, D) массива, fused — только выход.
+# - Слияние убирает проходы по памяти: 10d против 4d байт на строку в bf16, если `x / rms * w` — одно ядро (5 проходов
+#   против 2), и 14d против 4d (3.5x), если каждая операция — своё ядро.
+# - В NumPy это видно по пику памяти: наивная версия держит два (T, D) массива, слитая — только выход. Но проходов по
+#   памяти у слитой NumPy-версии всё равно несколько: выделение памяти — не трафик.
+# - Сумма квадратов в float32 точна с запасом: Уэлфорд нужен дисперсии, а не RMSNorm.
 #
 # Дальше — SwiGLU (урок 03), online softmax (урок 04) и FlashAttention (урок 05), где тот же принцип убирает матрицу n×n.
+
+# %% [markdown]
+# ## Вопросы к следующему уроку
+#
+# 1. В SwiGLU два GEMM ($x W_\text{gate}$ и $x W_\text{up}$) можно заменить одним с матрицей $[W_\text{gate}, W_\text{up}]$.
+#    Экономит ли это байты промежуточного результата, если GEMM всё равно пишет $[g, u]$ в память?
+# 2. Сколько временных массивов размера (T, I) создаёт `silu(g) * u`, записанное в NumPy «как в формуле»?
+# 3. Что из RMSNorm переносится на SwiGLU: где здесь «строка в регистрах» на GPU?

@@ -20,7 +20,10 @@
 # 3. напишете `flash_attention` — блочный алгоритм FlashAttention (порядок циклов FA-1 из статьи или любой другой);
 # 4. напишете `flash_attention_v2` — порядок FA-2: внешний цикл по блокам $Q$, одно деление в конце;
 # 5. увидите, какие блоки посчитал ваш causal-запуск, и почему их $(N+1)/2N$, а не половина;
-# 6. построите пик памяти от $n$ для наивной и блочной версий.
+# 6. построите пик памяти от $n$ для наивной и блочной версий;
+# 7. засечёте время на CPU и увидите, что здесь решает интерпретатор, а не память;
+# 8. проверите два приёма настоящих ядер: перемасштабирование по требованию (FA-4) и обратный проход без $S$
+#    (хранится только $\mathrm{lse} = m + \log \ell$).
 #
 # Проверки запускаются ячейками «Проверка» или кнопкой **Validate**. Каждая проверка выполняется в отдельном процессе.
 
@@ -243,8 +246,14 @@ grade('lesson05.fa1_contract', flash_attention, cases=[{'n': 33, 'd': 8, 'Br': 8
 #
 # При $T_r = T_c = N$ блоков на сторону нужны блоки на диагонали и под ней: $N(N+1)/2$ из $N^2$, то есть доля $(N+1)/2N$ —
 # чуть больше половины, потому что диагональные блоки считаются целиком (и маскируются внутри).
+#
+# **Прогноз.** Сколько блоков из 64 посчитает causal-запуск при $N = 8$ блоках на сторону?
 
 # %%
+my_guess_causal_tiles = None   # ваш прогноз: блоков из 64 при N = 8
+
+# %%
+print(f"N = 8: {8 * 9 // 2} из 64" + ("" if my_guess_causal_tiles is None else f" (ваш прогноз: {my_guess_causal_tiles})"))
 for N in (2, 4, 8, 32, 128):
     print(f"N = {N:3d}: {N * (N + 1) // 2:5d} из {N * N:5d} блоков, доля {(N + 1) / (2 * N):.4f}")
 
@@ -447,6 +456,162 @@ for n, naive, flash in zip(sizes, peaks["наивная"], peaks["flash_attentio
     print(f"n={n:5d}: наивная {naive / MiB:6.2f} МиБ, flash {flash / MiB:5.2f} МиБ, в {naive / flash:4.0f} раз меньше")
 
 # %% [markdown]
+# ## 10. Время на CPU: решает интерпретатор
+#
+# Блочные версии экономят память. Быстрее ли они на CPU? **Прогноз:** во сколько раз `flash_attention_v2` (Br = Bc = 64)
+# медленнее или быстрее наивной версии при $n = 2048$, $d = 64$? (Больше 1 — flash медленнее.)
+
+# %%
+my_guess_cpu_ratio = None   # ваш прогноз: время flash_attention_v2 / время наивной версии
+
+# %%
+import time
+
+def median_seconds(fn, *args, repeats=3, **kwargs):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(*args, **kwargs)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+cpu_times = {}
+for n in (1024, 2048):
+    Qt, Kt, Vt = (np.random.default_rng(n).standard_normal((n, 64), dtype=np.float32) for _ in range(3))
+    for name, fn, kwargs in (("наивная", attention_naive, {}),
+                             ("flash_attention (порядок FA-1)", flash_attention, {"Br": 64, "Bc": 64}),
+                             ("flash_attention_v2 (порядок FA-2)", flash_attention_v2, {"Br": 64, "Bc": 64})):
+        try:
+            cpu_times[n, name] = median_seconds(fn, Qt, Kt, Vt, **kwargs)
+            print(f"n = {n}: {name:>34}: {cpu_times[n, name] * 1e3:7.1f} мс")
+        except NotImplementedError:
+            print(f"n = {n}: {name:>34}: ещё не написана")
+Qs, Ks, Vs = (a[:1024] for a in (Qt, Kt, Vt))
+for B in (16, 32, 64):
+    try:
+        t = median_seconds(flash_attention_v2, Qs, Ks, Vs, Br=B, Bc=B)
+        print(f"n = 1024, flash_attention_v2, Br = Bc = {B:2d}: {t * 1e3:6.1f} мс, {(1024 // B) ** 2:5d} итераций "
+              f"цикла Python, {t / (1024 // B) ** 2 * 1e6:5.1f} мкс на итерацию")
+    except NotImplementedError:
+        pass
+if (2048, "наивная") in cpu_times and (2048, "flash_attention_v2 (порядок FA-2)") in cpu_times:
+    ratio = cpu_times[2048, "flash_attention_v2 (порядок FA-2)"] / cpu_times[2048, "наивная"]
+    print(f"flash_attention_v2 / наивная при n = 2048: {ratio:.1f}"
+          + ("" if my_guess_cpu_ratio is None else f" (ваш прогноз: {my_guess_cpu_ratio})"))
+
+# %% [markdown]
+# Блочная версия держит в памяти в десятки раз меньше, а по времени с наивной одного порядка (точное отношение зависит
+# от машины и её загрузки): наивная — два больших вызова BLAS и несколько проходов по $S$, которая в памяти процессора
+# ещё помещается, а блочная — тысячи итераций цикла Python, каждая с десятком маленьких вызовов NumPy. При мелких
+# блоках время растёт пропорционально числу итераций — десятки микросекунд на итерацию, хотя FLOPs и байт столько же:
+# это цена интерпретатора, а не памяти. Порядок FA-1 против FA-2 на CPU меняет немногое: FA-1 обычно немного
+# медленнее, потому что на каждом шаге делает больше вызовов NumPy (перенормировка и перезапись блока $O$). То, что решает на GPU (байты через HBM), здесь скрыто за накладными
+# расходами Python; время GPU-ядер — в уроках 07 и 08. Тот же замер для других $n$: `python
+# benchmarks/flash_attention_cpu.py` в репозитории курса (он берёт эталонные решения этого урока).
+#
+# ## 11. Перемасштабирование по требованию
+#
+# На каждом блоке FA-2 умножает $\ell$ и $acc$ на $e^{m_{old} - m_{new}}$. Но опорное значение $m$ не обязано быть
+# точным максимумом: в $O = acc / \ell$ множитель $e^{-m}$ сокращается при любом $m$, лишь бы $e^{s - m}$ не
+# переполнялся. Поэтому можно **не пересчитывать** $acc$, пока максимум вырос не больше чем на порог $\tau$: тогда
+# $p = e^{s - m_{old}} \le e^{\tau}$, при $\tau = 8$ это меньше 3000 — далеко от предела float32 ($3.4 \cdot 10^{38}$).
+# Так делает FlashAttention-4 (conditional softmax rescaling; Zadouri, Hoehnerbach, Shah, Liu, Thakkar, Dao,
+# статья `assets/fa4_paper.pdf` в репозитории Dao-AILab/flash-attention): на GPU пересчёт $acc$ — это не-матричные
+# операции над целым тайлом, которые на Blackwell стоят дорого. Ниже решение принимается один раз на блок (на GPU — одна
+# ветка на тайл, а не на строку): пересчитать, если хоть у одной строки максимум вырос больше чем на $\tau$.
+
+# %%
+def flash_attention_lazy(Q, K, V, Br=64, Bc=64, tau=8.0):
+    """FA-2 order; rescale acc and l only when the running max of some row grew by more than tau."""
+    n, d = Q.shape
+    scale = np.float32(1 / np.sqrt(d))
+    O = np.empty((n, d), dtype=np.float32)
+    rescaled = steps = 0
+    for i0 in range(0, n, Br):
+        Qi = Q[i0:i0 + Br]
+        m = np.full(len(Qi), -np.inf, dtype=np.float32)
+        l = np.zeros(len(Qi), dtype=np.float32)
+        acc = np.zeros((len(Qi), d), dtype=np.float32)
+        for j0 in range(0, n, Bc):
+            S = (Qi @ K[j0:j0 + Bc].T) * scale
+            m_block = S.max(axis=1)
+            steps += 1
+            if j0 == 0 or np.any(m_block - m > tau):      # первый блок или максимум вырос заметно
+                m_new = np.maximum(m, m_block)
+                c = np.exp(m - m_new)
+                l, acc, m = l * c, acc * c[:, None], m_new
+                rescaled += j0 > 0
+            P = np.exp(S - m[:, None])                      # m может отставать от максимума не больше чем на tau
+            l = l + P.sum(axis=1)
+            acc = acc + P @ V[j0:j0 + Bc]
+        O[i0:i0 + Br] = acc / l[:, None]
+    return O, rescaled, steps
+
+Ql, Kl, Vl = (np.random.default_rng(5).standard_normal((1024, 64), dtype=np.float32) for _ in range(3))
+Ql = Ql * np.float32(3)                                    # логиты порядка десятков: максимум растёт чаще
+Sl = Ql.astype(np.float64) @ Kl.T.astype(np.float64) / 8
+Pl = np.exp(Sl - Sl.max(axis=1, keepdims=True))
+exact_l = (Pl / Pl.sum(axis=1, keepdims=True)) @ Vl.astype(np.float64)
+for tau in (0.0, 8.0):
+    O_lazy, rescaled, steps = flash_attention_lazy(Ql, Kl, Vl, tau=tau)
+    print(f"tau = {tau:3.0f}: пересчётов acc {rescaled:3d} из {steps - 1024 // 64} шагов после первого блока, "
+          f"max|O − эталон float64| = {np.abs(O_lazy - exact_l).max():.1e}")
+
+# %% [markdown]
+# С $\tau = 0$ (обычный FA-2) $acc$ пересчитывается на каждом шаге, где вырос хоть один максимум строки блока; с
+# $\tau = 8$ — в разы реже, а ошибка та же: приём точный, а не приближённый.
+#
+# ## 12. Обратный проход без $S$: хватает $m$ и $\ell$
+#
+# Для градиентов нужна $P$: $dV = P^\top dO$, $dS = P \odot (dP - \mathrm{rowsum}(dO \odot O))$. Хранить $P$ ($n^2$)
+# FlashAttention не станет. Прямой проход сохраняет на строку одно число $\mathrm{lse}_i = m_i + \log \ell_i$
+# (log-sum-exp строки), а обратный проход пересчитывает блоки: $P_{ij} = \exp(S_{ij} - \mathrm{lse}_i)$ — и это
+# ровно softmax, без второго прохода по строке (статья FlashAttention, раздел 3.1, «recomputation»; FA-2, алгоритм 1,
+# хранит именно $L = m + \log \ell$). Проверим: прямой проход FA-2 с сохранением lse, затем $P$ и $dV$ по блокам.
+
+# %%
+def flash_forward_lse(Q, K, V, B=64):
+    """FA-2 forward that also returns lse = m + log(l) per row (n numbers instead of the n x n matrix P)."""
+    n, d = Q.shape
+    scale = np.float32(1 / np.sqrt(d))
+    O, lse = np.empty((n, d), dtype=np.float32), np.empty(n, dtype=np.float32)
+    for i0 in range(0, n, B):
+        Qi = Q[i0:i0 + B]
+        m = np.full(len(Qi), -np.inf, dtype=np.float32)
+        l = np.zeros(len(Qi), dtype=np.float32)
+        acc = np.zeros((len(Qi), d), dtype=np.float32)
+        for j0 in range(0, n, B):
+            S = (Qi @ K[j0:j0 + B].T) * scale
+            m_new = np.maximum(m, S.max(axis=1))
+            c = np.exp(m - m_new)
+            P = np.exp(S - m_new[:, None])
+            l, acc, m = l * c + P.sum(axis=1), acc * c[:, None] + P @ V[j0:j0 + B], m_new
+        O[i0:i0 + B] = acc / l[:, None]
+        lse[i0:i0 + B] = m + np.log(l)
+    return O, lse
+
+n_bw, d_bw, B_bw = 512, 64, 64
+Qw, Kw, Vw, dO = (np.random.default_rng(6).standard_normal((n_bw, d_bw), dtype=np.float32) for _ in range(4))
+O_fw, lse = flash_forward_lse(Qw, Kw, Vw, B_bw)
+S_full = (Qw @ Kw.T) * np.float32(1 / np.sqrt(d_bw))
+P_full = np.exp(S_full - S_full.max(axis=1, keepdims=True))
+P_full /= P_full.sum(axis=1, keepdims=True)                 # softmax целиком — только для сравнения
+worst_P, dV = 0.0, np.zeros_like(Vw)
+for i0 in range(0, n_bw, B_bw):
+    for j0 in range(0, n_bw, B_bw):
+        S_ij = (Qw[i0:i0 + B_bw] @ Kw[j0:j0 + B_bw].T) * np.float32(1 / np.sqrt(d_bw))
+        P_ij = np.exp(S_ij - lse[i0:i0 + B_bw, None])      # блок P из одного сохранённого числа на строку
+        worst_P = max(worst_P, float(np.abs(P_ij - P_full[i0:i0 + B_bw, j0:j0 + B_bw]).max()))
+        dV[j0:j0 + B_bw] += P_ij.T @ dO[i0:i0 + B_bw]
+print(f"сохранено для обратного прохода: lse {lse.nbytes:,} байт вместо P {P_full.nbytes:,} байт")
+print(f"max|P из lse − softmax| = {worst_P:.1e} (max P = {P_full.max():.2f}); "
+      f"max|dV по блокам − Pᵀ dO| = {np.abs(dV - P_full.T @ dO).max():.1e}")
+
+# %% [markdown]
+# Блоки $P$, восстановленные из lse, совпадают с softmax до округления float32, и $dV$ собирается по блокам без
+# матрицы $n \times n$. Цена — повторное умножение $QK^\top$ в обратном проходе (пересчёт дешевле, чем чтение $P$ из
+# HBM). Так устроен обратный проход всех версий FlashAttention.
+#
 # ## Итог
 #
 # - $S$ одной головы Qwen3-0.6B при $n = 4096$ — 32 МиБ в bf16 (512 МиБ на 16 голов слоя), и наивный путь гоняет её через HBM
@@ -456,4 +621,17 @@ for n, naive, flash in zip(sizes, peaks["наивная"], peaks["flash_attentio
 # - Causal-маска позволяет не считать блоки над диагональю: $(N+1)/2N$ блоков, а не половина.
 # - FA-2 переставляет циклы (внешний по $Q$), делит один раз и параллелится по блокам строк; на A100 это около 2× к FA-1.
 #
+# - На CPU время блочной версии решает интерпретатор (число итераций цикла), а не память: по времени она с наивной
+#   одного порядка, хотя памяти держит в десятки раз меньше.
+# - Пересчёт $acc$ можно пропускать, пока максимум вырос меньше порога (FA-4), а обратному проходу хватает
+#   $\mathrm{lse} = m + \log \ell$ на строку.
+#
 # Дальше: урок 06 — основы CUDA через CuPy; уроки 07–08 — то же ядро на CUDA через CuPy.
+
+# %% [markdown]
+# ## Вопросы к следующему уроку
+#
+# 1. На CPU мешал интерпретатор: тысячи маленьких вызовов. Что на GPU стоит каждый отдельный вызов (запуск ядра)
+#    и сколько таких запусков делает наивная композиция операций CuPy?
+# 2. Блок $K_j$ в FA-2 читают все строки блока $Q_i$. Где на GPU держать его, чтобы не читать из HBM много раз?
+# 3. Если соседние потоки читают элементы через шаг, а не подряд, что произойдёт с пропускной способностью памяти?

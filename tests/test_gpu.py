@@ -177,31 +177,62 @@ def test_cp_async_without_guard_is_named_for_sm75():
     assert "компилируется для sm_75, sm_80, sm_90" in nvrtc.compile_check(guarded, ("k",), what="SRC")
 
 
-def test_sanitizer_runs_the_child_with_padding_for_memcheck_only(tmp_path, monkeypatch):
-    """Without a GPU: a stand-in compute-sanitizer records its command line and reports no errors.
-    memcheck gets --padding (a read past K that lands in V is an error), racecheck does not, and the
-    child's entry point imports under ``python -I`` as the real tool would start it."""
-    import subprocess
-    import sys
-
-    from autograder import sanitizer
-
+def fake_sanitizer(tmp_path, *, summary: str, run_worker: bool = True):
+    """A stand-in compute-sanitizer: records its command line, writes ``summary`` to its log file and
+    (``run_worker``) runs the command after its options, as the real tool runs its target."""
     calls = tmp_path / "calls.txt"
     fake = tmp_path / "compute-sanitizer"
     fake.write_text("#!/bin/sh\n"
                     f"echo \"$@\" >> {calls}\n"
                     "while [ \"$1\" != --log-file ]; do shift; done\n"
-                    "echo '========= ERROR SUMMARY: 0 errors' > \"$2\"\n")
+                    f"echo '{summary}' > \"$2\"\n"
+                    "shift 4\n"  # --log-file PATH --print-limit N
+                    + ('exec "$@"\n' if run_worker else ""))
     fake.chmod(0o755)
-    monkeypatch.setattr(sanitizer, "_SANITIZER", str(fake))
-    assert sanitizer.sanitizer_check(len, "autograder.lessons.lesson07_cupy_rmsnorm:sanitizer_inputs",
-                                     {"T": 1, "D": 1, "seed": 0}, "T=1", races=True) == \
-        ["memcheck: 0 ошибок", "racecheck: 0 гонок"]
-    memcheck, racecheck = calls.read_text().splitlines()
+    return str(fake), calls
+
+
+RMS_INPUTS = "autograder.lessons.lesson07_cupy_rmsnorm:sanitizer_inputs"
+
+
+@pytest.mark.skipif(gpu.gpu_status()[0], reason="checks what a machine without a GPU answers")
+def test_sanitizer_runs_a_worker_through_the_workers_protocol(tmp_path, monkeypatch):
+    """Without a GPU: the stand-in tool starts the worker (python -I -m autograder.worker) with the
+    padding for memcheck only, and the worker's nonce-signed verdict comes back (here: no GPU)."""
+    from autograder import sanitizer
+
+    fake, calls = fake_sanitizer(tmp_path, summary="========= ERROR SUMMARY: 0 errors")
+    monkeypatch.setattr(sanitizer, "_SANITIZER", fake)
+    with pytest.raises(CheckFailed, match="запуск под compute-sanitizer не удался: нужен GPU"):
+        sanitizer.sanitizer_check(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, "T=1", races=True)
+    (memcheck,) = calls.read_text().splitlines()
     assert f"--tool memcheck --padding {sanitizer.SANITIZER_PADDING_BYTES}" in memcheck
-    assert "--tool racecheck" in racecheck and "--padding" not in racecheck
-    entry = memcheck.split(" -c ", 1)[1]
-    assert subprocess.run([sys.executable, "-I", "-c", entry.replace("_sanitize_child()", "")]).returncode == 0
+    assert memcheck.endswith("-I -m autograder.worker")
+    monkeypatch.setattr(sanitizer, "_SANITIZER", fake_sanitizer(tmp_path, summary="")[0])
+    with pytest.raises(CheckFailed, match="нужен GPU"):
+        sanitizer.sanitize(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, tool="racecheck")
+    assert "--padding" not in calls.read_text().splitlines()[-1]
+
+
+def test_sanitizer_errors_in_the_log_are_the_verdict(tmp_path, monkeypatch):
+    from autograder import sanitizer
+
+    fake, _ = fake_sanitizer(tmp_path, summary="========= ERROR SUMMARY: 3 errors")
+    monkeypatch.setattr(sanitizer, "_SANITIZER", fake)
+    with pytest.raises(CheckFailed, match="memcheck нашёл обращения за пределы массивов: 3 ошибок"):
+        sanitizer.sanitizer_check(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, "T=1", races=False)
+
+
+def test_a_sanitizer_run_lost_before_the_students_code_is_a_grader_fault(tmp_path, monkeypatch):
+    """The tool ends without starting the worker: retried once, then GraderFault (never the student's 0)."""
+    from autograder import sanitizer
+    from autograder.core import GraderFault
+
+    fake, calls = fake_sanitizer(tmp_path, summary="========= ERROR SUMMARY: 0 errors", run_worker=False)
+    monkeypatch.setattr(sanitizer, "_SANITIZER", fake)
+    with pytest.raises(GraderFault, match="не дошёл до вашего кода"):
+        sanitizer.sanitizer_check(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, "T=1", races=False)
+    assert len(calls.read_text().splitlines()) == 2  # the first run and its one retry
 
 
 def test_missing_sanitizer_fails_the_check_and_says_how_it_scores(monkeypatch):

@@ -1,4 +1,4 @@
-"""On a GPU: do lessons 06, 07, 08 and 11 grade right — the solutions fully, known-wrong kernels exactly?
+"""On a GPU: do lessons 06, 07, 08, 09 and 11 grade right — the solutions fully, known-wrong kernels exactly?
 
 Skipped without a GPU (CI has none); run it on a CUDA machine with CuPy:
 ``python -m pytest tests/test_gpu_lessons.py -v``.  With ``AUTOGRADER_FORCE_PTX_ARCH=75`` every kernel is
@@ -19,6 +19,8 @@ import concurrent.futures
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from autograder.notebook import run
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not gpu.gpu_status()[0],
-                                reason=f"GPU-проверки уроков 06–08 требуют GPU и CuPy ({gpu.gpu_status()[1]})")
+                                reason=f"GPU-проверки уроков 06–09 требуют GPU и CuPy ({gpu.gpu_status()[1]})")
 
 
 # --- notebooks as JSON (no nbformat needed on a bare GPU machine) ---------------------------
@@ -497,6 +499,98 @@ def bank_08() -> list[Entry]:
               GPU08 | {C08}, says="строка"),
     ]
 
+
+# Lesson 09 -----------------------------------------------------------------------------------
+L09 = "09_tensor_cores"
+MC09, MM09, FC09 = "lesson09.mma_compiles", "lesson09.mma_matmul", "lesson09.flash_compiles"
+EQ09, TAILS09, CAUSAL09, MEM09, SKIP09, SAN09 = (
+    f"lesson09.{n}" for n in ("equivalence", "tails", "causal", "memory", "causal_skip", "sanitizer"))
+GPU09 = frozenset({EQ09, TAILS09, CAUSAL09, MEM09, SKIP09, SAN09})
+
+
+def bank_09() -> list[Entry]:
+    ref = answers_of(source_path(L09))
+    mma, mma_wrap = ref["mma_source"], ref["mma_matmul_gpu"]
+    src, wrap = ref["flash_tc_source"], ref["flash_attention_tc_gpu"]
+
+    def kernel(code: str) -> dict:
+        return {"flash_tc_source": code}
+
+    softmax_rescale = "            o[nn][0] *= alpha0; o[nn][1] *= alpha0;\n            o[nn][2] *= alpha1; o[nn][3] *= alpha1;"
+    return [
+        Entry("reference", {}),
+        Entry("untouched", answers_of(ROOT / "notebooks" / L09 / f"{L09}.ipynb"),
+              GPU09 | {MM09, MC09, FC09}, says="заглушки"),
+        # right, written differently: m16n8k8 only (the sm_75 path everywhere), plain loads instead of cp.async,
+        # a matmul launched with one warp per block
+        Entry("m16n8k8_everywhere", kernel(replace(
+            src, '#if __CUDA_ARCH__ >= 800\n    asm volatile("mma.sync.aligned.m16n8k16', '#if 0\n    asm volatile("mma.sync.aligned.m16n8k16'))),
+        Entry("no_cp_async", kernel(replace(
+            src, "#if __CUDA_ARCH__ >= 800\n__device__ __forceinline__ void copy16", "#if 0\n__device__ __forceinline__ void copy16"))),
+        Entry("matmul_one_warp_per_block", {"mma_matmul_gpu": replace(
+            mma_wrap, "kernel(((warps + 3) // 4,), (128,),", "kernel((warps,), (32,),")}),
+        # wrong
+        Entry("matmul_f16_accumulation", {"mma_source": replace(replace(replace(
+            mma, '"mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\\n"\n'
+                 '                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a0), "r"(a1), "r"(b0));',
+            '"mma.sync.aligned.m16n8k8.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3}, {%4}, {%0,%1};\\n"\n'
+            '                 : "+r"(acc[0]), "+r"(acc[1]) : "r"(a0), "r"(a1), "r"(b0));\n'
+            '    unsigned short h[4] = {(unsigned short)acc[0], (unsigned short)(acc[0] >> 16),\n'
+            '                           (unsigned short)acc[1], (unsigned short)(acc[1] >> 16)};\n'
+            '    for (int e = 0; e < 4; ++e) asm("cvt.f32.f16 %0, %1;" : "=f"(c[e]) : "h"(h[e]));'),
+            "__device__ __forceinline__ void mma_m16n8k8(float c[4], unsigned a0, unsigned a1, unsigned b0)\n{",
+            "__device__ __forceinline__ void mma_m16n8k8(float c[4], unsigned acc[2], unsigned a0, unsigned a1, unsigned b0)\n{"),
+            "        mma_m16n8k8(c, a0, a1, b0);", "        mma_m16n8k8(c, acc, a0, a1, b0);").replace(
+            "    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};", "    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};\n    unsigned acc[2] = {0u, 0u};")},
+              {MM09}, says="float16"),
+        Entry("matmul_last_k_step_lost", {"mma_source": replace(
+            mma, "for (int k0 = 0; k0 < K; k0 += 8) {", "for (int k0 = 0; k0 + 8 <= K; k0 += 8) {")},
+              {MM09}, says="последний неполный шаг"),
+        Entry("matmul_rows_g_and_g8_swapped", {"mma_source": replace(
+            mma, "mma_m16n8k8(c, a0, a1, b0);", "mma_m16n8k8(c, a1, a0, b0);")}, {MM09}, says="g + 8"),
+        Entry("matmul_no_store_guard", {"mma_source": replace(
+            mma, "        if (row < M && col < N)\n            C[(size_t)row * N + col] = c[e];",
+            "        C[(size_t)row * N + col] = c[e];")}, {MM09}, says="за пределы"),
+        Entry("P_fragment_index_swapped", kernel(replace(replace(
+            src, "pa[kk][1] = pack_f16x2(s[2 * kk][2], s[2 * kk][3]);", "pa[kk][1] = pack_f16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);"),
+            "pa[kk][2] = pack_f16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);", "pa[kk][2] = pack_f16x2(s[2 * kk][2], s[2 * kk][3]);")),
+              GPU09, says="не совпадает"),
+        Entry("V_without_trans", kernel(replace(
+            src, "ldmatrix_x4_trans(vb, Vs", "ldmatrix_x4(vb, Vs")), GPU09, says="не совпадает"),
+        Entry("O_not_rescaled", kernel(replace(src, softmax_rescale, "")), GPU09, says="не совпадает"),
+        Entry("l_not_rescaled", kernel(replace(src, "l0 = l0 * alpha0 + sum0;", "l0 = l0 + sum0;")),
+              GPU09, says="не совпадает"),
+        Entry("no_scale", kernel(replace(src, "const float scale_log2 = scale * 1.4426950408889634f;",
+                                         "const float scale_log2 = 1.4426950408889634f;")),
+              GPU09, says="нет масштаба 1/sqrt(d)"),
+        Entry("missing_barrier_after_K_lands", kernel(replace(
+            src, "has landed (V_j may not have)\n        __syncthreads();", "has landed (V_j may not have)")),
+              {SAN09}, may_lose=GPU09, says="racecheck"),
+        Entry("keys_past_n_not_masked", kernel(replace(
+            src, "if (edge && (key >= n || (causal && key > row))) v = NEG_INF;",
+            "if (edge && causal && key > row) v = NEG_INF;")), {TAILS09, SAN09}, says="не совпадает"),
+        Entry("no_load_guard", kernel(replace(
+            src, "copy16(tile + r * STRIDE + col, src + (size_t)(g < n ? g : 0) * D + col, g < n);",
+            "copy16(tile + r * STRIDE + col, src + (size_t)g * D + col, true);")), {TAILS09, SAN09}, says="NaN"),
+        Entry("diagonal_masked", kernel(replace(
+            src, "if (edge && (key >= n || (causal && key > row))) v = NEG_INF;",
+            "if (edge && (key >= n || (causal && key >= row))) v = NEG_INF;")),
+              {CAUSAL09, TAILS09, SKIP09}, says="NaN"),
+        Entry("causal_without_skipping", kernel(replace(
+            src, "const int kv_end = causal ? min(n, q0 + BR) : n;", "const int kv_end = n;")), {SKIP09}, says="доля"),
+        Entry("no_counter", kernel(replace(src, "        atomicAdd(tile_counter, tiles);", "        ;")),
+              {SKIP09}, says="счётчик"),
+        Entry("skips_last_partial_block", {"flash_attention_tc_gpu": replace(
+            wrap, "kernel((H, (n + br - 1) // br), (128,),", "kernel((H, max(n // br, 1)), (128,),")},
+              {TAILS09, SAN09}, says="NaN"),
+        Entry("S_materialised", {"flash_attention_tc_gpu": replace(
+            wrap, "    O = cp.empty_like(Q)\n", "    O = cp.empty_like(Q)\n    S = cp.empty((H, n, n), dtype=cp.float32)\n")},
+              {MEM09}, says="Матрица S"),
+        Entry("compile_error", kernel(replace(src, "unsigned pa[PK][4];", "unsigned pa[PK][4]")),
+              GPU09 | {FC09}, says="строка"),
+    ]
+
+
 # Lesson 11 (its NumPy part has its own bank: tests/banks/bank_11_flash_decoding.py) --------------------
 L11 = "11_flash_decoding"
 C11 = "lesson11.gpu_compiles"
@@ -554,7 +648,7 @@ def bank_11() -> list[Entry]:
     ]
 
 
-BANKS = {L06: bank_06, L07: bank_07, L08: bank_08, L11: bank_11}
+BANKS = {L06: bank_06, L07: bank_07, L08: bank_08, L09: bank_09, L11: bank_11}
 TIMED = {SPEED07, SPEED11}  # graded by timing: run alone, after the rest
 #: Mixed lessons: only their GPU checks here (the NumPy part's bank runs without a GPU, tests/test_banks.py).
 GPU_PART = {L11: lambda check_id: check_id.startswith("lesson11.gpu_")}
@@ -582,6 +676,7 @@ def run_bank(lesson: str) -> list[dict]:
     spaces = {e.name: namespace(lesson, e.answers) for e in entries}
     jobs = [(e, call) for e in entries for call in calls]
     verdicts: dict[tuple[str, str], list] = {}
+    faults: list[str] = []
 
     def one(job):
         entry, (check_id, names, cases) = job
@@ -599,6 +694,10 @@ def run_bank(lesson: str) -> list[dict]:
                 verdicts.setdefault((name, check_id), []).append((passed, message, round(seconds, 1)))
                 print(f"  {name:<34} {check_id:<22} {'pass' if passed else 'FAIL'} {seconds:5.1f}s"
                       + ("" if passed else "  " + message.replace(chr(10), " ")[:160]), flush=True)
+                if not passed and message.startswith("Сбой проверяющей системы") and not faults:
+                    faults.append(message)  # the first grader fault whole, with the machine's state
+                    print(f"GRADER FAULT (first, whole):\n{message}\nfree in {tempfile.gettempdir()}: "
+                          f"{shutil.disk_usage(tempfile.gettempdir()).free / 2**30:.1f} GiB", flush=True)
 
     collect([j for j in jobs if not j[0].hangs and j[1][0] not in TIMED], WORKERS)
     collect([j for j in jobs if not j[0].hangs and j[1][0] in TIMED], 1)

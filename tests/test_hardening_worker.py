@@ -6,6 +6,8 @@ value).  tests/test_hardening_autograde.py repeats the important ones through th
 `nbgrader autograde`.
 """
 import os
+import subprocess
+import sys
 import textwrap
 import time
 
@@ -321,6 +323,28 @@ def test_a_worker_lost_before_the_students_code_is_the_graders_fault(monkeypatch
     assert run("lesson02.zeros", student(SOLUTION)).passed
 
 
+def test_a_grader_fault_raised_inside_a_check_is_retried_then_reported_as_such(monkeypatch):
+    """Grader code that could not run part of a check (compute-sanitizer's own worker lost) raises
+    GraderFault: the reply says so (nonce-signed), the check is retried, and the result is a grader fault."""
+    from autograder import isolation
+
+    attempts = []
+    once = isolation._run_check_once
+    monkeypatch.setattr(isolation, "_run_check_once", lambda *a, **k: attempts.append(k["fork"]) or once(*a, **k))
+    monkeypatch.setenv("AUTOGRADER_INJECT_GRADER_FAULT", "lesson02.zeros")
+    result = run("lesson02.zeros", student(SOLUTION))
+    assert result.grader_fault and not result.passed and attempts == [None, False]
+    assert "AUTOGRADER_INJECT_GRADER_FAULT" in result.message, result.message
+
+
+def test_a_student_raising_grader_fault_only_fails_their_check():
+    """GraderFault from the student's function is the student's exception like any other."""
+    result = run("lesson02.zeros", student("def fused_rms_norm(x, w, eps=1e-6):\n"
+                                           "    from autograder.core import GraderFault\n"
+                                           "    raise GraderFault('не оценивайте меня')\n"))
+    assert not result.passed and not result.grader_fault, result.message
+
+
 def test_a_retry_that_works_gives_the_real_verdict(monkeypatch):
     from autograder import isolation
 
@@ -389,3 +413,13 @@ def test_ten_runs_give_identical_verdicts():
                      for result in [run(call.check_id, fn, cases=call.cases)]])
     assert all(r == runs[0] for r in runs), [v for v in zip(*runs) if len(set(v)) > 1][:3]
     assert {passed for passed, _ in runs[0]} == {True, False}  # both outcomes are exercised
+
+
+def test_a_grader_started_with_sigchld_ignored_still_reads_exit_statuses():
+    """With SIGCHLD ignored (inherited from a launcher) every worker would read as "exit code 0"."""
+    code = ("import signal, subprocess, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); "
+            "import autograder.isolation; "
+            "print(signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL, "
+            "subprocess.run([sys.executable, '-c', 'raise SystemExit(3)']).returncode)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "3"], done.stdout + done.stderr

@@ -29,7 +29,7 @@ def test_reference_counts_are_the_figures_the_lesson_quotes():
 def test_ridge_points_of_the_hardware_table():
     """Are the ridge points the ones FACTS.md lists (A100 201/153, H100 295, H200 206)?"""
     ridges = {name: round(l01.ref_ridge(*spec)) for name, spec in l01.GPUS.items()}
-    assert ridges == {"A100 40GB": 201, "A100 80GB SXM": 153, "H100 SXM": 295, "H200": 206}
+    assert ridges == {"A100 40GB": 201, "A100 80GB SXM": 153, "H100 SXM": 295, "H200 SXM": 206}
 
 
 def test_naive_attention_is_memory_bound_and_the_gemm_is_not():
@@ -101,7 +101,7 @@ def test_plot_grader_refuses_another_gpus_roof():
 
 def test_points_on_the_roof_line_itself_do_not_count_as_markers():
     """Must every operator be its own marker, not just a vertex of the roof?"""
-    peak, bandwidth = l01.GPUS["H200"]
+    peak, bandwidth = l01.GPUS["H200 SXM"]
     ops = {"A": (1e9, 1e6)}
     xs = [0.1, 1e3, peak / bandwidth, 1e4]
     fig, ax = plt.subplots()
@@ -109,4 +109,4 @@ def test_points_on_the_roof_line_itself_do_not_count_as_markers():
     ax.set_xscale("log")
     ax.set_yscale("log")
     with pytest.raises(CheckFailed, match="Нет точки оператора «A»"):
-        l01._grade_axes([ax], "H200", ops, "c")
+        l01._grade_axes([ax], "H200 SXM", ops, "c")

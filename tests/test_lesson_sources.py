@@ -107,13 +107,14 @@ def test_check_release_fails_on_an_edited_text_source_until_it_is_released(small
 
 
 def test_no_text_source_reaches_the_student_release(small_course):
-    """notebooks/ holds the student notebooks only, fresh or committed; a stray file there fails the check."""
+    """notebooks/ holds the student notebooks (and the glossary) only, fresh or committed; a stray file there fails the check."""
     course.release(small_course)
     assert sorted(p.relative_to(small_course).as_posix() for p in (small_course / course.RELEASE).rglob("*")
                   if p.is_file()) == [f"notebooks/{SMALL}/{SMALL}.ipynb"]
     committed = subprocess.run(["git", "ls-files", course.RELEASE], cwd=course.ROOT, capture_output=True,
                                text=True, check=True).stdout.split()
-    assert committed == [f"notebooks/{n}/{n}.ipynb" for n in LESSONS]
+    assert committed == sorted([f"notebooks/{n}/{n}.ipynb" for n in LESSONS]
+                               + [f"notebooks/{name}" for name in course.RELEASE_FILES])
     shutil.copy(course.text_source(SMALL), small_course / course.RELEASE / SMALL / f"{SMALL}.py")
     assert course.stale_release(small_course) == [
         f"{SMALL}: notebooks/{SMALL}/{SMALL}.py не собирается `make release` (лишний файл)"]

@@ -48,8 +48,9 @@ def files(folder: Path) -> list[str]:
 def test_the_published_tree_is_the_students_repository_and_nothing_else(out):
     assert sorted(p.name for p in out.iterdir()) == sorted(publish.PUBLISHED)
     lessons = course.lessons()
-    assert [p.name for p in sorted((out / "notebooks").iterdir())] == lessons
-    assert files(out / "notebooks") == [f"{lesson}/{lesson}.ipynb" for lesson in lessons]
+    assert [p.name for p in sorted((out / "notebooks").iterdir()) if p.is_dir()] == lessons
+    assert files(out / "notebooks") == sorted([f"{lesson}/{lesson}.ipynb" for lesson in lessons]
+                                              + list(course.RELEASE_FILES))
     package = course.ROOT / "autograder"
     assert files(out / "autograder") == sorted(str(p.relative_to(package)) for p in package.rglob("*")
                                                if p.is_file() and "__pycache__" not in p.parts)
@@ -121,6 +122,13 @@ def test_the_environment_files_pin_the_base_dependencies_only(out):
     environment = yaml.safe_load((out / "environment.yml").read_text())
     pip_section = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))
     assert pins([r for r in pip_section if not r.startswith("-e")]) == pins(ours["dependencies"])
+
+
+def test_the_glossary_is_published_and_the_readme_links_it(out):
+    """Do the students get the glossary the lessons follow, linked from their README?"""
+    assert (out / "notebooks" / "GLOSSARY.md").read_text(encoding="utf-8") == \
+        (course.ROOT / "notebooks" / "GLOSSARY.md").read_text(encoding="utf-8")
+    assert "notebooks/GLOSSARY.md" in (out / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_readme_is_the_students(out):
@@ -254,3 +262,13 @@ def test_the_instructors_commands_in_the_students_repository_say_why_they_cannot
     assert graded.returncode == 2 and "Скрытых тестов здесь нет" in graded.stderr, graded.stderr
     published = course_command("publish", str(out.parent / "again"))
     assert published.returncode == 2 and "нет solutions/" in published.stderr, published.stderr
+
+
+def test_course_publish_refuses_notebooks_older_than_their_text_sources(tmp_path, monkeypatch, capsys):
+    """`course publish` never ships a build that lessons/ no longer gives: it says what is stale and writes nothing."""
+    from autograder import cli
+
+    monkeypatch.setattr(course, "stale_release", lambda root=course.ROOT: ["02_fused_rmsnorm: notebooks/… не совпадает"])
+    assert cli.main(["publish", str(tmp_path / "students")]) == 1
+    assert not (tmp_path / "students").exists()
+    assert "Публикация отменена: собранные ноутбуки устарели" in capsys.readouterr().err

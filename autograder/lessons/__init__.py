@@ -17,6 +17,7 @@ MODULES = {
     "lesson06": "autograder.lessons.lesson06_cuda_basics",
     "lesson07": "autograder.lessons.lesson07_cupy_rmsnorm",
     "lesson08": "autograder.lessons.lesson08_cupy_flash_attention",
+    "lesson09": "autograder.lessons.lesson09_tensor_cores",
     "lesson10": "autograder.lessons.lesson10",
     "lesson11": "autograder.lessons.lesson11_flash_decoding",
 }

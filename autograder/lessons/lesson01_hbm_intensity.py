@@ -24,7 +24,7 @@ GPUS = {
     "A100 40GB": (312e12, 1.555e12),
     "A100 80GB SXM": (312e12, 2.039e12),
     "H100 SXM": (989e12, 3.35e12),
-    "H200": (989e12, 4.8e12),
+    "H200 SXM": (989e12, 4.8e12),
 }
 
 # --- the reference formulas ------------------------------------------------------------------
@@ -135,7 +135,7 @@ def attainable_flops(attainable_flops,
 def roofline_time(roofline_time,
                   cases=({"flops": 4096 * 8192, "bytes_moved": 4096 * 8192, "gpu": "H100 SXM"},
                          {"flops": 5.15e10, "bytes_moved": 7.13e7, "gpu": "H100 SXM"},
-                         {"flops": 1e9, "bytes_moved": 0, "gpu": "H200"})):
+                         {"flops": 1e9, "bytes_moved": 0, "gpu": "H200 SXM"})):
     for c in cases:
         peak, bandwidth = GPUS[c["gpu"]] if "gpu" in c else (c["peak_flops"], c["bandwidth"])
         args = (c["flops"], c["bytes_moved"], peak, bandwidth)

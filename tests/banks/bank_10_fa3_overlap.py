@@ -218,7 +218,7 @@ def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
 """), {"lesson10.pingpong_utilisation"}, says="нет ограничения сверху"),
     wrong("pingpong_ignores_warpgroups", pingpong("""
     return 2 * t_gemm / (2 * t_gemm + t_softmax)
-"""), {"lesson10.pingpong_utilisation"}, says="число warpgroup не учтено"),
+"""), {"lesson10.pingpong_utilisation"}, says="число варп-групп не учтено"),
     wrong("overlap_is_sequential", program("""
     prog = []
     for j in range(n_tiles):

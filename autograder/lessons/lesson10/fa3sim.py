@@ -147,7 +147,7 @@ def validate_program(program: Sequence, n_tiles: int | None = None, warpgroup: i
     ``gemm_qk`` of the tile two positions later only after ``wait_pv j`` (registers hold S/P of
     two tiles: the 2-stage pipeline reuses the buffer of tile j).
     """
-    where = f"программа warpgroup {warpgroup}: " if warpgroup else "программа: "
+    where = f"программа варп-группы {warpgroup}: " if warpgroup else "программа: "
     try:
         ops = [(str(op), int(j)) for op, j in program]
     except (TypeError, ValueError):

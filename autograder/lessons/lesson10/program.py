@@ -79,7 +79,7 @@ def _overlap_sets(cases) -> list[dict]:
 
 
 @check("lesson10.overlap_program_makespan", points=2,
-       title="Перекрытие softmax и GEMM внутри warpgroup сокращает makespan")
+       title="Перекрытие softmax и GEMM внутри варп-группы сокращает makespan")
 def overlap_program_makespan(overlap_program, cases=OVERLAP_CASES):
     sets = _overlap_sets(cases)
     gains = []

@@ -114,7 +114,7 @@ def copy_bound(is_copy_bound, cases=({"seed": 3, "count": 30, "strict": True},))
                 f"{call} = {bool(got)}, ожидалось {expected}: в симуляторе каждый следующий тайл добавляет "
                 f"{step:g} = max(t_load, c), c = 2·t_gemm + t_softmax = {2 * args[1] + args[2]:g}.", mistake,
                 then="Подсказка: цикл упирается в копирование, когда загрузка тайла дольше всего, что "
-                     "warpgroup делает с ним: t_load > 2·t_gemm + t_softmax.")
+                     "варп-группа делает с ним: t_load > 2·t_gemm + t_softmax.")
     return f"верно на {len(sets)} наборах"
 
 
@@ -198,7 +198,7 @@ def _steady_utilisation(t_gemm: float, t_softmax: float, warpgroups: int) -> flo
 
 PINGPONG_MISTAKES = {
     "нет ограничения сверху: загрузка больше 100 %": lambda g, s, w: w * 2 * g / (2 * g + s),
-    "число warpgroup не учтено": lambda g, s, w: 2 * g / (2 * g + s),
+    "число варп-групп не учтено": lambda g, s, w: 2 * g / (2 * g + s),
     "softmax считается всегда скрытым: всегда 100 %": lambda g, s, w: 1.0,
     "на итерацию посчитан один GEMM": lambda g, s, w: min(1.0, w * g / (g + s)),
 }
@@ -220,8 +220,8 @@ def pingpong_utilisation(pingpong_utilisation, cases=PINGPONG_CASES):
         got = call_student(pingpong_utilisation, *args, case=call, what="pingpong_utilisation")
         _expect_value(got, _steady_utilisation(*args), call=call, variants=PINGPONG_MISTAKES, args=args,
                       source="симулятор (установившийся режим, run_pingpong)",
-                      hint="за итерацию warpgroup занимает тензорные ядра на 2·t_gemm и ещё t_softmax "
-                           "считает softmax; w warpgroup по очереди дают w·2·t_gemm работы на период "
+                      hint="за итерацию варп-группа занимает тензорные ядра на 2·t_gemm и ещё t_softmax "
+                           "считает softmax; w варп-групп по очереди дают w·2·t_gemm работы на период "
                            "max(2·t_gemm + t_softmax, w·2·t_gemm). Доля не может быть больше 1.")
     return f"совпало с симулятором на {len(cases)} наборах"
 

@@ -1,0 +1,934 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # Урок 09. Тензорные ядра: `mma.sync` и FlashAttention на них
+#
+# **Модуль 07 «Fused-операторы и FlashAttention»**, курс *LLM Inference Systems*.
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/COURSE-ORG/llm-inference-module07/blob/main/notebooks/09_tensor_cores/09_tensor_cores.ipynb)
+#
+# Нет своего GPU — откройте ноутбук в Colab по ссылке выше и выберите *Среда выполнения → Сменить среду выполнения → GPU*. Первая ячейка поставит пакет курса; CuPy в Colab уже есть.
+#
+# Ядро урока 08 считает только на CUDA-ядрах в fp32, и его потолок — fp32-пик GPU. Матричные произведения
+# в настоящих ядрах внимания (FlashAttention-2 и всё, что после) делают **тензорные ядра**: отдельные блоки SM,
+# которые за одну инструкцию варпа умножают маленькие матрицы 16-битных чисел и копят сумму в fp32. Вы:
+# 1. посчитаете, во сколько раз тензорные ядра T4 и H200 быстрее CUDA-ядер, и почему с ними FlashAttention
+#    упирается в вычисления, а не в память;
+# 2. разберёте инструкцию `mma.sync`: формы, **фрагменты** (какая нить варпа держит какие элементы A, B и C — с
+#    картинкой), `ldmatrix`, встроенный PTX из CUDA C;
+# 3. **разминка (оценивается):** `mma_matmul_gpu` — произведение матриц float16 на тензорных ядрах, один варп на тайл 16×8;
+# 4. оцените ошибку 16-битных входов и P в f16 против эталона float64 и выведете из неё допуск проверки;
+# 5. **главное (оценивается):** допишете FlashAttention на тензорных ядрах по каркасу — два MMA, шаг online softmax
+#    на фрагментах-аккумуляторах и перевод P в f16;
+# 6. сравните скорость с ядром урока 08 и с `scaled_dot_product_attention` в f16.
+#
+# **Как проверяется.** Проверки компиляции (NVRTC для sm_75, sm_80 и sm_90) работают везде; проверки запуска
+# требуют GPU (без него — «нужен GPU», 0 баллов). Входы — float16, поэтому всё работает и на T4 в Colab (sm_75).
+
+# %%
+# Colab и чистые окружения: ставим пакет курса, если его нет (в собранном окружении курса ничего не делает).
+import importlib, importlib.util, subprocess, sys
+
+COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
+if importlib.util.find_spec("autograder") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", f"git+{COURSE_REPOSITORY}"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "cloudpickle", "cuda-bindings", "nvidia-cuda-nvrtc"],
+                   check=True)
+    importlib.invalidate_caches()
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import math
+import numpy as np
+import matplotlib.pyplot as plt
+try:
+    import cupy as cp
+except ImportError:   # нет CuPy: ядро всё равно компилируется (NVRTC), а запуски требуют GPU
+    cp = None
+
+from autograder import grade
+from autograder.gpu import describe_gpu, gpu_status
+print(describe_gpu())
+
+# %% [markdown] id="p1"
+# ## 1. Сколько дают тензорные ядра
+#
+# Пиковая скорость — произведение числа исполнителей, операций за такт и частоты. У CUDA-ядра это одно
+# умножение-сложение fp32 (2 FLOP) за такт. Тензорное ядро за такт делает целый кусок матричного произведения:
+# у Turing (T4) — 64 умножения-сложения f16 с накоплением в fp32, у Hopper (H100/H200) — 512 в плотном режиме.
+# Числа блоков и частоты — из спецификаций NVIDIA (T4 datasheet; H100/H200 datasheet и whitepaper Hopper:
+# 132 SM по 4 тензорных ядра, частота тензорных операций 1.83 ГГц, CUDA-ядер 128 на SM при 1.98 ГГц); ячейка
+# ниже пересчитывает из них паспортные пики: T4 — 65 TFLOPS f16 на тензорных ядрах и 8.1 TFLOPS fp32,
+# H200 SXM — 989 TFLOPS плотных f16/bf16 (1979 — «со sparsity») и 67 TFLOPS fp32.
+
+# %% id="p2"
+gpus = {  # (SM, тензорных ядер на SM, FMA f16 на тензорное ядро за такт, ГГц тензорных; FP32-ядер на SM, ГГц)
+    "T4 (sm_75)": (40, 8, 64, 1.59, 64, 1.59),
+    "H200 SXM (sm_90)": (132, 4, 512, 1.83, 128, 1.98),
+}
+hbm = {"T4 (sm_75)": 320e9, "H200 SXM (sm_90)": 4.8e12}   # байт/с, паспорт
+peaks = {}
+for name, (sm, tc, fma, ghz_tc, fp32, ghz) in gpus.items():
+    tensor = sm * tc * fma * 2 * ghz_tc * 1e9
+    cuda = sm * fp32 * 2 * ghz * 1e9
+    peaks[name] = (tensor, cuda)
+    print(f"{name:17}: тензорные f16 {tensor / 1e12:6.1f} TFLOP/s, CUDA-ядра fp32 {cuda / 1e12:5.1f} TFLOP/s "
+          f"(в {tensor / cuda:4.1f} раза); ridge point f16 {tensor / hbm[name]:5.0f} FLOP/Б")
+
+# %% [markdown] id="p3"
+# **Почему FlashAttention на тензорных ядрах упирается в вычисления.** Слитое ядро читает Q, K, V и пишет O
+# по одному разу на голову (урок 05: тайлы S не выходят из чипа; K и V перечитываются из L2, а не из HBM):
+# $4 n d$ элементов по 2 байта против $4 n^2 d$ FLOP. Интенсивность $\frac{4 n^2 d}{8 n d} = n/2$ FLOP/Б: при
+# n = 4096 это 2048 — в десять раз выше ridge point H200 (около 206) и выше ridge point T4 (около 204). Значит, время
+# ядра задают тензорные ядра и всё, что их ждёт: softmax на CUDA-ядрах, загрузки тайлов, барьеры.
+#
+# **Прогноз 1.** Ядро урока 08 на H200 давало 34–37 TFLOP/s (fp32, CUDA-ядра). Во сколько раз быстрее, по-вашему,
+# будет такое же ядро на тензорных ядрах (f16, та же схема тайлов)? Впишите число — следующая ячейка сравнит его
+# с паспортным отношением пиков и с измеренным на H200.
+
+# %% id="p4"
+my_speedup_prediction = None   # например, 10.0
+
+# %% id="p5"
+# H200, H = 16, n = 16384, d = 128, без маски: ядро урока 08 (fp32) и эталонное ядро этого урока (f16) — из одного
+# прогона `python benchmarks/gpu_kernels.py --tensor-cores` (раздел 7, benchmarks/results/gpu_kernels_tc_h200.json)
+H200_MEASURED_TFLOPS = {"урок 08, fp32": 36.8, "урок 09, f16": 238.5}
+tensor, cuda = peaks["H200 SXM (sm_90)"]
+print(f"паспортное отношение пиков H200: {tensor / cuda:.1f}×")
+if None not in H200_MEASURED_TFLOPS.values():
+    measured = H200_MEASURED_TFLOPS["урок 09, f16"] / H200_MEASURED_TFLOPS["урок 08, fp32"]
+    print(f"измерено на H200: {measured:.1f}× ({H200_MEASURED_TFLOPS['урок 09, f16']:.0f} против "
+          f"{H200_MEASURED_TFLOPS['урок 08, fp32']:.0f} TFLOP/s)")
+if my_speedup_prediction is None:
+    print("Прогноз не записан — впишите его в ячейку выше и запустите обе ячейки снова.")
+else:
+    print(f"ваш прогноз: {my_speedup_prediction:g}×")
+
+# %% [markdown] id="p6"
+# Паспортное отношение — верхняя граница: тензорное ядро ждёт загрузок тайлов, барьеров и softmax, который
+# по-прежнему считают CUDA-ядра (экспонента — на SFU, их ещё меньше). Насколько измеренное ядро отстаёт от
+# паспортного пика и от лучших ядер — в разделе 7.
+# %% [markdown] id="m1"
+# ## 2. Инструкция `mma.sync`: варп умножает матрицы 16×16 на 16×8
+#
+# Тензорное ядро программируется не поточно, а **всем варпом сразу**: 32 нити вместе выполняют одну
+# инструкцию PTX
+# ```
+# mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32  {d0,d1,d2,d3}, {a0,a1,a2,a3}, {b0,b1}, {c0,c1,c2,c3};
+# ```
+# Она вычисляет $D = A B + C$, где A — 16×16 (m×k, f16, «row»), B — 16×8 (k×n, f16, «col»), C и D — 16×8 в fp32.
+# Каждая нить держит свою долю матриц в **регистрах-фрагментах**: A — четыре 32-битных регистра (в каждом две
+# половинки f16, всего 8 чисел), B — два регистра (4 числа), C — четыре float. 32 нити × 8 = 256 = 16·16 элементов A.
+#
+# | форма | типы | где есть |
+# | --- | --- | --- |
+# | `m16n8k8` | f16 × f16 → f32 (или f16) | sm_75 и новее (T4 в Colab) |
+# | `m16n8k16` | f16 или bf16 × … → f32 | sm_80 и новее (A100, H100/H200) |
+# | `wgmma.m64nNk16` (асинхронная, варп-группа из 4 варпов) | f16/bf16/fp8 | только sm_90 — тема урока 10 |
+#
+# На sm_75 `m16n8k16` складывается из двух `m16n8k8`: первая берёт столбцы k 0–7 (регистры a0, a1 и b0), вторая —
+# 8–15 (a2, a3 и b1). Так и устроен помощник `mma_m16n8k16` в каркасе: `#if __CUDA_ARCH__ >= 800` — одна инструкция,
+# иначе две. bf16 (`…f32.bf16.bf16.f32`) есть только на sm_80+ — это вариант для A100/H100, если обернуть его тем же `#if`.
+#
+# **Кто что держит.** Номер нити в варпе `lane = 4·g + t`: g = `lane / 4` (0–7) — «группа», t = `lane % 4` (0–3).
+# - C (и D): c0, c1 — строка g, столбцы 2t и 2t+1; c2, c3 — строка g+8, те же столбцы;
+# - A: a0 — строка g, столбцы 2t, 2t+1; a1 — строка g+8; a2 — строка g, столбцы 2t+8, 2t+9; a3 — строка g+8, столбцы 2t+8, 2t+9;
+# - B: b0 — **строки** 2t и 2t+1 столбца g; b1 — строки 2t+8 и 2t+9 столбца g.
+#
+# Младшая половина регистра — элемент с меньшим номером столбца (у B — строки). На картинке номер в клетке — lane,
+# цвет — регистр.
+
+# %% id="m2"
+def draw_fragments():
+    """The m16n8k16 fragments: which lane holds which element of A (16x16), B (16x8) and C (16x8)."""
+    def owners_a():
+        lane, reg = np.zeros((16, 16), int), np.zeros((16, 16), int)
+        for l in range(32):
+            g, t = divmod(l, 4)
+            for r, (row, col) in enumerate([(g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)]):
+                lane[row, col:col + 2], reg[row, col:col + 2] = l, r
+        return lane, reg
+
+    def owners_b():
+        lane, reg = np.zeros((16, 8), int), np.zeros((16, 8), int)
+        for l in range(32):
+            g, t = divmod(l, 4)
+            for r, row in enumerate([2 * t, 2 * t + 8]):
+                lane[row:row + 2, g], reg[row:row + 2, g] = l, r
+        return lane, reg
+
+    def owners_c():
+        lane, reg = np.zeros((16, 8), int), np.zeros((16, 8), int)
+        for l in range(32):
+            g, t = divmod(l, 4)
+            lane[g, 2 * t:2 * t + 2], reg[g, 2 * t:2 * t + 2] = l, [0, 1]
+            lane[g + 8, 2 * t:2 * t + 2], reg[g + 8, 2 * t:2 * t + 2] = l, [2, 3]
+        return lane, reg
+
+    colors = plt.get_cmap("Pastel1").colors
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5.2), gridspec_kw={"width_ratios": [16, 8, 8]})
+    for ax, (title, (lane, reg), names) in zip(axes, [
+            ("A (16×16, f16): a0 a1 a2 a3", owners_a(), "a"),
+            ("B (16×8, f16): b0 b1", owners_b(), "b"),
+            ("C, D (16×8, fp32): c0 c1 c2 c3", owners_c(), "c")]):
+        rows, cols = lane.shape
+        image = np.array([[colors[r] for r in row] for row in reg])
+        ax.imshow(image, aspect="equal")
+        for i in range(rows):
+            for j in range(cols):
+                ax.text(j, i, str(lane[i, j]), ha="center", va="center", fontsize=7)
+        ax.set_title(title + "\nчисло — lane, цвет — регистр " + ", ".join(f"{names}{r}" for r in range(reg.max() + 1)))
+        ax.set_xticks(range(cols)); ax.set_yticks(range(rows))
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("k" if names == "a" else "n"); ax.set_ylabel("m" if names != "b" else "k")
+    fig.tight_layout()
+    return fig
+
+draw_fragments()
+plt.show()
+
+# %% [markdown] id="m3"
+# **Связь C и A — главный трюк FlashAttention-2 на тензорных ядрах.** Посмотрите на C и на левую половину A:
+# нить с номером lane держит в C элементы (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) — ровно те, что в A лежат
+# в a0 и a1. Значит, фрагмент-аккумулятор S = Q Kᵀ (два соседних n-тайла по 8 ключей) **без обмена между нитями**
+# превращается во фрагмент A для P·V: `a0, a1` из тайла 2kk, `a2, a3` из тайла 2kk+1 — только округлить fp32 в f16.
+# P не идёт ни в разделяемую, ни в глобальную память.
+#
+# **`ldmatrix`.** Собирать фрагменты поэлементно из разделяемой памяти долго. Инструкция
+# `ldmatrix.sync.aligned.m8n8.x4.shared.b16` (есть с sm_75) читает четыре матрицы 8×8 по 16 бит: нити 8i … 8i+7
+# дают адреса восьми строк матрицы i (по 16 байт), а в регистр i нити `4g + t` приходят элементы 2t и 2t+1 строки g
+# матрицы i — это как раз раскладка фрагмента. С суффиксом `.trans` матрица приходит транспонированной: так
+# V (строки — ключи, то есть k) становится фрагментом B, а K без `.trans` — фрагментом Kᵀ.
+#
+# **Встроенный PTX.** CUDA C вставляет инструкцию PTX через `asm volatile("…" : выходы : входы)`; ограничения `"r"` —
+# 32-битный регистр, `"f"` — float, `"+f"` — float, который читается и пишется. Никаких заголовков NVRTC не нужно:
+# половинки f16 в каркасе — просто `unsigned short`, а перевод float → f16 — PTX `cvt.rn.f16.f32` (округление к
+# ближайшему).
+#
+# **Банки разделяемой памяти.** Строка тайла K при d = 64 — 128 байт; восемь строк, которые читает одна
+# `ldmatrix`, начинались бы в одном и том же банке (8-кратный конфликт). Каркас дополняет каждую строку 8 элементами
+# (16 байт): шаг строки `D + 8`, и восемь строк попадают в разные банки.
+
+# %% [markdown] id="w1"
+# ## 3. Разминка: `mma_matmul_gpu` — C = A·B на тензорных ядрах
+#
+# Контракт: `mma_matmul_gpu(A, B)` — A (M, K) и B (K, N) `cupy`-массивы float16 в C-порядке, любые M, N, K ≥ 1;
+# вернуть новый массив C (M, N) float32, накопление — в fp32. Ядро `mma_matmul(A, B, C, M, N, K)`:
+# - один варп считает один тайл C размером 16×8 (строки `m0 … m0+15`, столбцы `n0 … n0+7`), шагами k по 8;
+# - инструкция — `m16n8k8` (есть на всех GPU курса); фрагменты собираются прямо из глобальной памяти
+#   функцией `at(...)`, которая за краем матрицы даёт 0 (так M, N и K не обязаны делиться на 16, 8 и 8);
+# - варп, чей тайл целиком за краем, выходит **весь** (`mma.sync` требует все 32 нити варпа);
+# - в C пишутся только элементы внутри (M, N).
+#
+# Допишите (1) сборку a0, a1, b0 и вызов `mma_m16n8k8`, (2) запись c0…c3 с защитой краёв.
+# В обёртке (3) — запуск: блок из 128 нитей (4 варпа), блоков — столько, чтобы варпов хватило на все тайлы.
+
+# %% nbgrader={"grade": false, "grade_id": "mma_source", "locked": false, "schema_version": 3, "solution": true, "task": false}
+MMA_SRC = r"""
+// C = A B on tensor cores: A (M, K) and B (K, N) float16 in C order, C (M, N) float32.
+// One warp computes one 16 x 8 tile of C with mma.sync m16n8k8 (sm_75 and later), k 8 at a time.
+typedef unsigned short f16;                      // the 16 bits of an IEEE half (no cuda_fp16.h needed)
+
+__device__ __forceinline__ unsigned pack2(f16 lo, f16 hi) { return (unsigned)lo | ((unsigned)hi << 16); }
+
+// element (row, col) of a (rows, cols) f16 matrix in C order, or 0 outside it
+__device__ __forceinline__ f16 at(const f16* p, int row, int col, int rows, int cols)
+{
+    return row < rows && col < cols ? p[(size_t)row * cols + col] : (f16)0;
+}
+
+// C (16x8, fp32) += A (16x8, f16, row-major fragment) * B (8x8, f16, column-major fragment)
+__device__ __forceinline__ void mma_m16n8k8(float c[4], unsigned a0, unsigned a1, unsigned b0)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a0), "r"(a1), "r"(b0));
+}
+
+extern "C" __global__ void mma_matmul(const f16* A, const f16* B, float* C, int M, int N, int K)
+{
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    const int tiles_n = (N + 7) / 8;
+    const int m0 = (warp / tiles_n) * 16, n0 = (warp % tiles_n) * 8;   // this warp's tile of C
+    if (m0 >= M) return;                         // the whole warp leaves together: mma.sync needs all 32 lanes
+    const int g = lane >> 2, t = lane & 3;       // lane = 4 g + t
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};       // c0, c1: row m0 + g, columns n0 + 2t, +1; c2, c3: row m0 + g + 8
+    for (int k0 = 0; k0 < K; k0 += 8) {
+        // (1) a0: A[m0 + g][k0 + 2t], A[m0 + g][k0 + 2t + 1]; a1: the same for row m0 + g + 8;
+        //     b0: B[k0 + 2t][n0 + g], B[k0 + 2t + 1][n0 + g]; then c += a b
+        // ### BEGIN SOLUTION
+        const int k = k0 + 2 * t;
+        const unsigned a0 = pack2(at(A, m0 + g, k, M, K), at(A, m0 + g, k + 1, M, K));
+        const unsigned a1 = pack2(at(A, m0 + g + 8, k, M, K), at(A, m0 + g + 8, k + 1, M, K));
+        const unsigned b0 = pack2(at(B, k, n0 + g, K, N), at(B, k + 1, n0 + g, K, N));
+        mma_m16n8k8(c, a0, a1, b0);
+        // ### END SOLUTION
+    }
+    // (2) write c[0..3] to C: element e is row m0 + g (+ 8 for e >= 2), column n0 + 2t + (e & 1); only inside (M, N)
+    // ### BEGIN SOLUTION
+    for (int e = 0; e < 4; ++e) {
+        const int row = m0 + g + (e >= 2 ? 8 : 0), col = n0 + 2 * t + (e & 1);
+        if (row < M && col < N)
+            C[(size_t)row * N + col] = c[e];
+    }
+    // ### END SOLUTION
+}
+"""
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_mma_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Ядро mma_matmul компилируется (NVRTC, sm_75/80/90, без GPU) (1 б.)
+from autograder import grade
+grade('lesson09.mma_compiles', MMA_SRC)
+
+# %% nbgrader={"grade": false, "grade_id": "mma_matmul_gpu", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def mma_matmul_gpu(A, B):
+    M, K = A.shape
+    K2, N = B.shape
+    if K2 != K or A.dtype != cp.float16 or B.dtype != cp.float16:
+        raise ValueError("ожидаются A (M, K) и B (K, N) float16")
+    A, B = cp.ascontiguousarray(A), cp.ascontiguousarray(B)
+    C = cp.empty((M, N), dtype=cp.float32)
+    kernel = cp.RawKernel(MMA_SRC, "mma_matmul")
+    warps = ((M + 15) // 16) * ((N + 7) // 8)      # one warp per 16 x 8 tile of C
+    # (3) launch: blocks of 128 threads (4 warps), enough blocks for all warps; M, N, K as np.int32
+    ### BEGIN SOLUTION
+    kernel(((warps + 3) // 4,), (128,), (A, B, C, np.int32(M), np.int32(N), np.int32(K)))
+    ### END SOLUTION
+    return C
+
+
+# %% [markdown] id="w2"
+# Проверка: совпадение с эталоном float64 на формах 64×64×64, 100×37×77 (ни одна сторона не кратна тайлу) и 1×5×3.
+# Допуск на каждый элемент — $2 K \cdot 2^{-24} \cdot (|A|\,|B|)_{ij}$: входы f16 точны, их произведения точны в
+# fp32, ошибка — только от сложений в fp32 (не больше $K \cdot 2^{-24}$ от суммы модулей), с запасом в 2 раза.
+# Накопление в f16 (`…f16.f16.f16.f16`) ошибается в $2^{-11}$ на каждом шаге — проверка его узнает и назовёт.
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_mma_matmul", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: mma_matmul_gpu = A·B (fp32-накопление, любые M, N, K) (2 б.)
+from autograder import grade
+grade('lesson09.mma_matmul', mma_matmul_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson09.mma_matmul', mma_matmul_gpu, cases=[{'M': 130, 'N': 200, 'K': 257, 'seed': 101}, {'M': 16, 'N': 8, 'K': 512, 'seed': 102}, {'M': 33, 'N': 1, 'K': 9, 'seed': 103}])
+### END HIDDEN TESTS
+# %% [markdown] id="e1"
+# ## 4. Точность: что стоят 16 бит
+#
+# float16 хранит 10 бит мантиссы: округление к ближайшему ошибается не больше чем на $u_{16} = 2^{-11} \approx 4.9
+# \cdot 10^{-4}$ относительно числа (у fp32 — $u_{32} = 2^{-24} \approx 6 \cdot 10^{-8}$). В ядре на тензорных ядрах
+# 16 бит появляются в трёх местах:
+# 1. **входы** Q, K, V — float16. Эталон считает с теми же числами (переведёнными в float64 без потерь), поэтому
+#    округление входов в ошибку проверки не входит — оно есть, но одинаково у ядра и у эталона;
+# 2. **P в f16 перед P·V**: каждое $\tilde p_{ij} = 2^{s_{ij} - m_i} \le 1$ округляется с относительной ошибкой
+#    $\le u_{16}$, значит ошибка $O_{ic}$ не больше $u_{16} \sum_j P_{ij} |V_{jc}| = u_{16} (P|V|)_{ic}$;
+# 3. **выход** O в f16: ещё $u_{16} |O_{ic}|$.
+#
+# S = QKᵀ, m, l и O копятся в fp32 (ошибка порядка $d \cdot u_{32}$ — в тысячи раз меньше), softmax — в fp32.
+# Отсюда допуск проверки на каждый элемент: $2 u_{16} \left((P|V|)_{ic} + |O_{ic}|\right)$ — сумма двух оценок,
+# умноженная на 2 про запас (логиты в fp32, `ex2.approx`, порядок сложений внутри тензорного ядра).
+#
+# Ниже — модель ядра на NumPy (те же тайлы, P в f16, аккумуляторы fp32), чтобы увидеть ошибку без GPU, рядом с
+# fp32-вариантом урока 08 (P не округляется).
+#
+# **Прогноз 2.** Во сколько раз максимальная ошибка f16-ядра больше ошибки fp32-ядра при n = 4096, d = 64?
+# Впишите число.
+
+# %% id="e2"
+my_error_ratio_prediction = None   # например, 100.0
+
+# %% id="e3"
+def attention_model(q, k, v, p_dtype, out_dtype, bc=64):
+    """FlashAttention-2 over K/V tiles of bc rows: fp32 S, m, l and O; P rounded to p_dtype before P V."""
+    n, d = q.shape
+    q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
+    scale = np.float32(1 / math.sqrt(d))
+    m = np.full((n, 1), -np.inf, np.float32)
+    l = np.zeros((n, 1), np.float32)
+    o = np.zeros((n, d), np.float32)
+    for k0 in range(0, n, bc):
+        s = (q32 @ k32[k0:k0 + bc].T) * scale
+        m_new = np.maximum(m, s.max(axis=1, keepdims=True))
+        alpha = np.exp(m - m_new)
+        p = np.exp(s - m_new)
+        l = l * alpha + p.sum(axis=1, keepdims=True)
+        o = o * alpha + p.astype(p_dtype).astype(np.float32) @ v32[k0:k0 + bc]
+        m = m_new
+    return (o / l).astype(out_dtype)
+
+
+def exact_attention(q, k, v):
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    s = q @ k.T / math.sqrt(q.shape[1])
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    return p @ v, p @ np.abs(v)
+
+
+rng = np.random.default_rng(0)
+worst = []   # max |error| / tolerance of the f16 model at each n
+ns, errors = [128, 256, 512, 1024, 2048, 4096], {"f16": [], "fp32": [], "допуск": []}
+for n in ns:
+    q, k, v = (rng.standard_normal((n, 64)).astype(np.float16) for _ in range(3))
+    exact, p_abs_v = exact_attention(q, k, v)
+    errors["f16"].append(np.abs(attention_model(q, k, v, np.float16, np.float16) - exact).max())
+    errors["fp32"].append(np.abs(attention_model(q, k, v, np.float32, np.float32) - exact).max())
+    tolerance = 2 * 2.0**-11 * (p_abs_v + np.abs(exact))
+    errors["допуск"].append(np.median(tolerance))
+    worst.append((np.abs(attention_model(q, k, v, np.float16, np.float16) - exact) / tolerance).max())
+for name, marker in (("f16", "o-"), ("fp32", "s-"), ("допуск", "k--")):
+    label = {"f16": "P и O в f16 (тензорные ядра)", "fp32": "всё в fp32 (урок 08)",
+             "допуск": "допуск проверки (медиана по элементам)"}[name]
+    plt.loglog(ns, errors[name], marker, label=label)
+plt.xlabel("n (d = 64, одна голова, входы float16)"); plt.ylabel("макс. |ошибка| против float64")
+plt.legend(); plt.grid(True, which="both", alpha=0.3); plt.show()
+print("макс. ошибка f16:", ", ".join(f"n={n}: {e:.1e}" for n, e in zip(ns, errors["f16"])))
+print("худшая ошибка f16-модели в долях допуска:", ", ".join(f"n={n}: {w:.2f}" for n, w in zip(ns, worst)))
+ratio = errors["f16"][-1] / errors["fp32"][-1]
+print(f"n = 4096: ошибка f16 {errors['f16'][-1]:.2e}, fp32 {errors['fp32'][-1]:.2e} — в {ratio:.0f} раз больше")
+if my_error_ratio_prediction is None:
+    print("Прогноз не записан — впишите его в ячейку выше и запустите обе ячейки снова.")
+else:
+    print(f"Ваш прогноз: {my_error_ratio_prediction:g} — отличается от модели в {max(ratio, my_error_ratio_prediction) / max(min(ratio, my_error_ratio_prediction), 1e-12):.1f} раза.")
+
+# %% [markdown] id="e4"
+# Что видно на графике и в строках выше:
+# - ошибка f16-модели с ростом n не растёт, а падает: строка O — взвешенное среднее строк V, и чем длиннее
+#   последовательность, тем меньше каждый вес $P_{ij}$ и тем больше ошибок округления гасят друг друга;
+# - она в сотни раз больше ошибки fp32-варианта (отношение напечатано выше) — это и есть цена скорости; для внимания
+#   в LLM её хватает, и так считают все рабочие ядра (FlashAttention-2/3, cuDNN, SDPA в f16/bf16);
+# - худшая ошибка — доля допуска: допуск — оценка сверху (все округления в одну сторону), а не подобранное число.
+#   Ошибки, которые проверка ловит (P не перемасштабирован, перепутан фрагмент, нет маски), больше допуска на порядки.
+
+# %% [markdown] id="f1"
+# ## 5. FlashAttention на тензорных ядрах
+#
+# Алгоритм — FlashAttention-2 урока 05 и ядра урока 08; меняется, **кто держит данные**:
+#
+# | урок 08, шаг 2 (fp32, CUDA-ядра) | урок 09 (f16, тензорные ядра) |
+# | --- | --- |
+# | блок CUDA — тайл из 64 строк Q одной головы | так же: блок из 4 варпов = $B_r$ = 64 строки; варп w ведёт строки 16w … 16w+15 |
+# | тайл Q в разделяемой памяти | так же (f16); фрагменты A берёт `ldmatrix` на каждом шаге k (в регистрах им тесно) |
+# | тайлы K/V по 32 строки, float | тайлы K/V по $B_c$ = 64 строки, f16, шаг строки D + 8 (без конфликтов банков `ldmatrix`) |
+# | S тайла — кусочки 4×4 у каждой нити | S — 8 фрагментов C (16×8) на варп: `s[nn][e]`, nn — 8 ключей, e = 0…3 |
+# | m, l строки сводятся `__shfl_xor_sync` восьми нитей | строку держат 4 нити группы g: `__shfl_xor_sync` с масками 1 и 2 |
+# | P через разделяемую память | P остаётся в регистрах: фрагмент C → фрагмент A (раздел 2), округление в f16 |
+# | O += P V на CUDA-ядрах | `mma` P·V: ldmatrix **.trans** по V |
+#
+# Каждая нить (`lane = 4g + t`) держит две строки Q: `r0 = q0 + 16·warp + g` и `r1 = r0 + 8`. Элемент `s[nn][e]`
+# — это ключ `k0 + 8·nn + 2t + (e & 1)` строки r0 (e = 0, 1) или r1 (e = 2, 3). Отсюда шаг online softmax на
+# фрагментах (урок 04, в логарифмах по основанию 2: $e^x = 2^{x \log_2 e}$, `fast_exp2` — инструкция `ex2.approx`):
+# 1. масштаб: `s *= scale·log2(e)`; на краевых тайлах (хвост n или диагональ в causal) — маска: ключ ≥ n или
+#    (causal и ключ > строки) даёт −inf;
+# 2. максимум строки по тайлу: своё по 16 значениям строки, затем `__shfl_xor_sync(…, 1)` и `(…, 2)` — четыре нити группы;
+# 3. `m_new = max(m, max_тайла)`; множитель `alpha = 2^(m − m_new)` (если `m_new` ещё −inf — строка без ключей, берите
+#    0 вместо него, чтобы не получить −inf − (−inf) = NaN); `p = 2^(s − m_new)`;
+# 4. `l = l·alpha + сумма p` (частичная сумма нити — сводится один раз в конце), **O *= alpha** — все ON фрагментов.
+#
+# **Конвейер загрузок.** На sm_80+ тайлы грузит `cp.async` (копия global → shared без регистров): K следующего тайла
+# летит, пока считается P·V, а V следующего — пока считается S. `cp.async.wait_group 1` ждёт всё, кроме последней
+# группы. На sm_75 ветка `#else` копирует обычными загрузками; барьеры те же. Четыре `__syncthreads()` на тайл:
+# «K готов», «K прочитан — можно грузить следующий», «V готов», «V прочитан».
+#
+# **Causal** — как в уроке 08: цикл по K/V кончается на `min(q0 + BR, n)`, маска только на краевых тайлах, а
+# `tile_counter` получает число посчитанных пар тайлов. Блоки запускаются от длинных строк к коротким
+# (`q0` считается от конца), `blockIdx.x` — голова, чтобы длинные блоки всех голов шли первыми.
+#
+# **Контракт.** `FLASH_TC_SRC` содержит ядра `flash_attention_tc_d64` и `flash_attention_tc_d128` с сигнатурой
+# `(const f16* Q, const f16* K, const f16* V, f16* O, int n, float scale, int causal, int* tile_counter)`;
+# `flash_attention_tc_gpu(Q, K, V, causal=False, tile_counter=None)` — Q, K, V `cupy`-массивы (H, n, d) float16,
+# d ∈ {64, 128}, результат — новый массив (H, n, d) float16; остальное — как в уроке 08 (любое n ≥ 1, без (n, n)
+# в глобальной памяти, одно деление на l в конце, `tile_counter`).
+#
+# Каркас готов целиком, кроме четырёх мест: (1) два `mma_m16n8k16` для S = Q Kᵀ, (2) шаг online softmax на
+# фрагментах, (3) перевод P в f16-фрагменты A, (4) два `mma_m16n8k16` для O += P V; и (5) — строка запуска в
+# обёртке. Помощники (`ldmatrix_x4`, `ldmatrix_x4_trans`, `mma_m16n8k16`, `pack_f16x2`, `fast_exp2`) трогать не нужно.
+#
+# **Регистры.** Ядро держит в регистрах O (D/8 фрагментов по 4 float), S тайла (8 фрагментов), m, l и адреса.
+# Проверка компиляции печатает, сколько регистров на нить вышло: у эталона при d = 128 — 162 (sm_90). В SM 65 536
+# регистров, блок — 128 нитей, значит помещаются 3 блока (12 варпов); вариант того же ядра, который держал
+# фрагменты Q в регистрах всё время (ещё 32 регистра при d = 128), получал 172 регистра — и только 2 блока на SM.
+# Поэтому Q лежит в разделяемой памяти, а фрагменты A читаются `ldmatrix` перед каждым шагом k. Спиллов (вытеснения
+# регистров в локальную память) быть не должно — проверка компиляции о них предупредит.
+
+# %% nbgrader={"grade": false, "grade_id": "flash_tc_source", "locked": false, "schema_version": 3, "solution": true, "task": false}
+FLASH_TC_SRC = r"""
+// FlashAttention forward on tensor cores (mma.sync), float16 inputs, float32 accumulators.
+// A block of NW warps owns BR = 16 * NW query rows of one head; warp w owns rows 16w .. 16w + 15.
+// K/V tiles of BC = 64 rows stream through shared memory; S, P, m, l and O live in registers
+// as mma fragments: lane = 4 * g + t holds rows g and g + 8 of its warp's 16 rows.
+#define BC 64
+#define NEG_INF (-__int_as_float(0x7f800000))   // -infinity (NVRTC has no math.h)
+typedef unsigned short f16;                      // the 16 bits of an IEEE half (no cuda_fp16.h needed)
+
+// ---- fragment helpers (given) -----------------------------------------------------------
+__device__ __forceinline__ unsigned pack_f16x2(float lo, float hi)
+{
+    // two floats -> one 32-bit register of two halves, lo in the low 16 bits (round to nearest)
+    unsigned short a, b;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(a) : "f"(lo));
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(hi));
+    return (unsigned)a | ((unsigned)b << 16);
+}
+
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));   // 2^x; 2^-inf = 0
+    return y;
+}
+
+// C (16x8, fp32) += A (16x8, f16, row) * B (8x8, f16, col): exists from sm_75 (T4) on
+__device__ __forceinline__ void mma_m16n8k8(float c[4], unsigned a0, unsigned a1, unsigned b0)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// C (16x8, fp32) += A (16x16) * B (16x8): one m16n8k16 from sm_80 (A100) on, two m16n8k8 on sm_75
+__device__ __forceinline__ void mma_m16n8k16(float c[4], const unsigned a[4], const unsigned b[2])
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    mma_m16n8k8(c, a[0], a[1], b[0]);   // k 0..7
+    mma_m16n8k8(c, a[2], a[3], b[1]);   // k 8..15
+#endif
+}
+
+// four 8x8 f16 matrices from shared memory; lanes 8i .. 8i+7 give the row addresses of matrix i,
+// and register i of lane 4g + t receives row g, columns 2t and 2t+1 of matrix i (.trans: transposed)
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const f16* row)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const f16* row)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+}
+
+// copies global -> shared 16 bytes at a time; cp.async (sm_80+) does it without registers
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void copy16(f16* dst, const f16* src, bool valid)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(address), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void wait_all_but_last_copy() { asm volatile("cp.async.wait_group 1;\n" ::); }
+#else
+__device__ __forceinline__ void copy16(f16* dst, const f16* src, bool valid)
+{
+    *reinterpret_cast<uint4*>(dst) = valid ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ void commit_copies() {}
+__device__ __forceinline__ void wait_all_but_last_copy() {}
+#endif
+
+// rows row0 .. row0 + ROWS - 1 of a (n, D) matrix into a tile with a padded row stride (zeros past n)
+template <int D, int NT, int ROWS = BC>
+__device__ __forceinline__ void load_tile(f16* tile, const f16* src, int row0, int n)
+{
+    constexpr int CHUNKS = D / 8, STRIDE = D + 8;          // 16-byte pieces per row; padded stride
+    for (int c = threadIdx.x; c < ROWS * CHUNKS; c += NT) {
+        const int r = c / CHUNKS, col = (c % CHUNKS) * 8, g = row0 + r;
+        copy16(tile + r * STRIDE + col, src + (size_t)(g < n ? g : 0) * D + col, g < n);
+    }
+}
+
+template <int D, int NW>
+__device__ __forceinline__ void flash_tc(const f16* __restrict__ Q, const f16* __restrict__ K,
+                                         const f16* __restrict__ V, f16* __restrict__ O,
+                                         int n, float scale, int causal, int* tile_counter)
+{
+    constexpr int BR = 16 * NW, NT = 32 * NW;   // query rows and threads per block
+    constexpr int STRIDE = D + 8;               // padded shared-memory row: ldmatrix without bank conflicts
+    constexpr int DK = D / 16;                  // k-steps of S = Q K^T
+    constexpr int SN = BC / 8;                  // n-tiles (8 keys) of S
+    constexpr int PK = BC / 16;                 // k-steps of O += P V
+    constexpr int ON = D / 8;                   // n-tiles (8 columns) of O
+    extern __shared__ uint4 shared16[];
+    f16* Qs = reinterpret_cast<f16*>(shared16); // BR x D (stride STRIDE): the Q tile, for the whole loop
+    f16* Ks = Qs + BR * STRIDE;                 // BC x D
+    f16* Vs = Ks + BC * STRIDE;                 // BC x D
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;      // fragment row group and thread in group
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;   // longest causal rows first
+    const size_t head = (size_t)blockIdx.x * n * D;
+    Q += head; K += head; V += head; O += head;
+    const int r0 = q0 + 16 * warp + g, r1 = r0 + 8;       // the two query rows of this lane
+    const float scale_log2 = scale * 1.4426950408889634f; // exp(x) = 2^(x log2 e)
+
+    const int kv_end = causal ? min(n, q0 + BR) : n;   // causal: no key after the block's last row
+    const int tiles = (kv_end + BC - 1) / BC;
+    load_tile<D, NT, BR>(Qs, Q, q0, n);
+    load_tile<D, NT>(Ks, K, 0, n);
+    commit_copies();                            // group: Q and K_0
+    load_tile<D, NT>(Vs, V, 0, n);
+    commit_copies();
+
+    float o[ON][4];                             // O accumulator fragments: rows r0 (0, 1) and r1 (2, 3)
+    #pragma unroll
+    for (int nn = 0; nn < ON; ++nn)
+        o[nn][0] = o[nn][1] = o[nn][2] = o[nn][3] = 0.0f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;   // online softmax of rows r0, r1 (log2 domain)
+
+    for (int j = 0; j < tiles; ++j) {
+        const int k0 = j * BC;
+        wait_all_but_last_copy();               // K_j (and Q) has landed (V_j may not have)
+        __syncthreads();
+
+        // (1) S = Q K_j^T: s[nn] is the 16 x 8 fragment of keys k0 + 8 nn .. k0 + 8 nn + 7
+        float s[SN][4];
+        #pragma unroll
+        for (int nn = 0; nn < SN; ++nn)
+            s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;
+        #pragma unroll
+        for (int kk = 0; kk < DK; ++kk) {
+            unsigned qa[4];                     // A fragment of Q: rows 16 warp .. + 15, columns 16 kk .. + 15
+            ldmatrix_x4(qa, Qs + (16 * warp + (lane & 15)) * STRIDE + 16 * kk + ((lane >> 4) << 3));
+            #pragma unroll
+            for (int nn = 0; nn < SN; nn += 2) {
+                unsigned kb[4];                 // B fragments of n-tiles nn (kb[0], kb[1]) and nn + 1 (kb[2], kb[3])
+                ldmatrix_x4(kb, Ks + (8 * nn + (lane & 7) + ((lane >> 4) << 3)) * STRIDE + 16 * kk + ((lane >> 3) & 1) * 8);
+                // s[nn] += Q K^T for n-tile nn, s[nn + 1] for nn + 1 (A fragment: qa)
+                // ### BEGIN SOLUTION
+                mma_m16n8k16(s[nn], qa, kb);
+                mma_m16n8k16(s[nn + 1], qa, kb + 2);
+                // ### END SOLUTION
+            }
+        }
+        __syncthreads();                        // every warp is done with K_j
+        if (j + 1 < tiles) load_tile<D, NT>(Ks, K, k0 + BC, n);
+        commit_copies();                        // group: K_{j+1} (may be empty)
+
+        // (2) online softmax on the fragments: element e of s[nn] is key k0 + 8 nn + 2 t + (e & 1),
+        //     row r0 for e = 0, 1 and r1 for e = 2, 3; a row's 64 keys are spread over the 4 lanes of its group
+        const bool edge = k0 + BC > n || (causal && k0 + BC - 1 > q0);
+        //     1. s *= scale_log2; where edge: key >= n or (causal and key > row) -> NEG_INF; row max of the tile
+        //        over this lane's 16 values, then __shfl_xor_sync with 1 and 2 (the 4 lanes of the group)
+        //     2. m_new = max(m, tile max); alpha = fast_exp2(m - m_new) and p = fast_exp2(s - m_new), using 0
+        //        instead of m_new while it is still NEG_INF; overwrite s with p
+        //     3. l = l * alpha + (sum of this lane's p); every o[nn][e] *= alpha of its row; m = m_new
+        //     (the variables m0, l0 belong to row r0 and m1, l1 to row r1)
+        // ### BEGIN SOLUTION
+        float mx0 = NEG_INF, mx1 = NEG_INF;
+        #pragma unroll
+        for (int nn = 0; nn < SN; ++nn) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float v = s[nn][e] * scale_log2;
+                const int key = k0 + 8 * nn + 2 * t + (e & 1), row = e < 2 ? r0 : r1;
+                if (edge && (key >= n || (causal && key > row))) v = NEG_INF;
+                s[nn][e] = v;
+                if (e < 2) mx0 = fmaxf(mx0, v); else mx1 = fmaxf(mx1, v);
+            }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        const float mu0 = mn0 == NEG_INF ? 0.0f : mn0, mu1 = mn1 == NEG_INF ? 0.0f : mn1;   // no key yet
+        const float alpha0 = fast_exp2(m0 - mu0), alpha1 = fast_exp2(m1 - mu1);
+        m0 = mn0;
+        m1 = mn1;
+        float sum0 = 0.0f, sum1 = 0.0f;
+        #pragma unroll
+        for (int nn = 0; nn < SN; ++nn) {
+            s[nn][0] = fast_exp2(s[nn][0] - mu0); sum0 += s[nn][0];
+            s[nn][1] = fast_exp2(s[nn][1] - mu0); sum0 += s[nn][1];
+            s[nn][2] = fast_exp2(s[nn][2] - mu1); sum1 += s[nn][2];
+            s[nn][3] = fast_exp2(s[nn][3] - mu1); sum1 += s[nn][3];
+        }
+        l0 = l0 * alpha0 + sum0;                // this lane's keys only: the group sums at the end
+        l1 = l1 * alpha1 + sum1;
+        #pragma unroll
+        for (int nn = 0; nn < ON; ++nn) {
+            o[nn][0] *= alpha0; o[nn][1] *= alpha0;
+            o[nn][2] *= alpha1; o[nn][3] *= alpha1;
+        }
+        // ### END SOLUTION
+
+        // (3) P to f16 A fragments of O += P V: k-step kk covers the keys of n-tiles 2 kk and 2 kk + 1
+        unsigned pa[PK][4];
+        //     pa[kk][0..3] = a0..a3 of the A fragment of P for keys 16 kk .. 16 kk + 15 (pack_f16x2(lo, hi))
+        // ### BEGIN SOLUTION
+        #pragma unroll
+        for (int kk = 0; kk < PK; ++kk) {
+            pa[kk][0] = pack_f16x2(s[2 * kk][0], s[2 * kk][1]);
+            pa[kk][1] = pack_f16x2(s[2 * kk][2], s[2 * kk][3]);
+            pa[kk][2] = pack_f16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[kk][3] = pack_f16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        // ### END SOLUTION
+        wait_all_but_last_copy();               // V_j has landed (K_{j+1} may not have)
+        __syncthreads();
+
+        // (4) O += P V_j
+        #pragma unroll
+        for (int kk = 0; kk < PK; ++kk) {
+            #pragma unroll
+            for (int nn = 0; nn < ON; nn += 2) {
+                unsigned vb[4];                 // B fragments of n-tiles nn (vb[0], vb[1]) and nn + 1 (vb[2], vb[3])
+                ldmatrix_x4_trans(vb, Vs + (16 * kk + (lane & 15)) * STRIDE + 8 * nn + ((lane >> 4) << 3));
+                // o[nn] += P V for n-tile nn, o[nn + 1] for nn + 1 (A fragment: pa[kk])
+                // ### BEGIN SOLUTION
+                mma_m16n8k16(o[nn], pa[kk], vb);
+                mma_m16n8k16(o[nn + 1], pa[kk], vb + 2);
+                // ### END SOLUTION
+            }
+        }
+        __syncthreads();                        // every warp is done with V_j
+        if (j + 1 < tiles) load_tile<D, NT>(Vs, V, k0 + BC, n);
+        commit_copies();                        // group: V_{j+1} (may be empty)
+    }
+
+    // one division per row, at the very end; the 4 lanes of a group hold parts of l
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    #pragma unroll
+    for (int nn = 0; nn < ON; ++nn) {
+        const int c = 8 * nn + 2 * t;
+        if (r0 < n) *reinterpret_cast<unsigned*>(O + (size_t)r0 * D + c) = pack_f16x2(o[nn][0] * inv0, o[nn][1] * inv0);
+        if (r1 < n) *reinterpret_cast<unsigned*>(O + (size_t)r1 * D + c) = pack_f16x2(o[nn][2] * inv1, o[nn][3] * inv1);
+    }
+    if (tile_counter != nullptr && threadIdx.x == 0)
+        atomicAdd(tile_counter, tiles);         // (Q tile, K/V tile) pairs computed
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+flash_attention_tc_d64(const f16* Q, const f16* K, const f16* V, f16* O, int n, float scale, int causal, int* tile_counter)
+{
+    flash_tc<64, 4>(Q, K, V, O, n, scale, causal, tile_counter);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+flash_attention_tc_d128(const f16* Q, const f16* K, const f16* V, f16* O, int n, float scale, int causal, int* tile_counter)
+{
+    flash_tc<128, 4>(Q, K, V, O, n, scale, causal, tile_counter);
+}
+"""
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_flash_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: Ядра flash_attention_tc_d64/d128 компилируются (NVRTC, sm_75/80/90, без GPU) (1 б.)
+from autograder import grade
+grade('lesson09.flash_compiles', FLASH_TC_SRC)
+
+# %% [markdown] id="f2"
+# Обёртка почти готова, осталось (5) — запуск: сетка `(H, ⌈n / 64⌉)` (`blockIdx.x` — голова, `blockIdx.y` — тайл Q),
+# блок из 128 нитей, `shared_mem=shared`, аргументы в порядке сигнатуры ядра (`n` и `causal` — `np.int32`,
+# `scale = 1/√d` — `np.float32`). Динамическая разделяемая память — тайлы Q, K и V по 64 строки с шагом D + 8:
+# 27 КиБ при d = 64 и 51 КиБ при d = 128. Больше 48 КиБ ядру нужно разрешить явно
+# (`kernel.max_dynamic_shared_size_bytes`); у T4 предел — 64 КиБ на блок, так что помещается и там.
+
+# %% nbgrader={"grade": false, "grade_id": "flash_attention_tc_gpu", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def flash_attention_tc_gpu(Q, K, V, causal=False, tile_counter=None):
+    H, n, d = Q.shape
+    if d not in (64, 128) or K.shape != Q.shape or V.shape != Q.shape:
+        raise ValueError("ожидаются Q, K, V одной формы (H, n, d) с d = 64 или 128")
+    if any(a.dtype != cp.float16 or not a.flags.c_contiguous for a in (Q, K, V)):
+        raise ValueError("ожидаются массивы float16 в C-порядке")
+    O = cp.empty_like(Q)
+    if tile_counter is None:
+        tile_counter = cp.zeros(1, dtype=cp.int32)
+    br, bc = 64, 64                                  # 4 варпа по 16 строк; BC в FLASH_TC_SRC
+    shared = (br + 2 * bc) * (d + 8) * 2             # тайлы Q, K и V в f16, строка дополнена 8 элементами
+    kernel = cp.RawKernel(FLASH_TC_SRC, f"flash_attention_tc_d{d}")
+    kernel.max_dynamic_shared_size_bytes = shared
+    # (5) запуск: сетка (H, число тайлов Q по br строк), блок из 128 нитей, shared_mem=shared
+    ### BEGIN SOLUTION
+    kernel((H, (n + br - 1) // br), (128,),
+           (Q, K, V, O, np.int32(n), np.float32(1 / math.sqrt(d)), np.int32(bool(causal)), tile_counter),
+           shared_mem=shared)
+    ### END SOLUTION
+    return O
+
+
+# %% [markdown] id="f3"
+# Быстрая самопроверка (не оценивается; без GPU пропускается):
+
+# %% id="f4"
+if gpu_status()[0]:
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 100, 64)).astype(np.float16) for _ in range(3))
+    exact, _ = exact_attention(q[0], k[0], v[0])
+    got = flash_attention_tc_gpu(cp.asarray(q), cp.asarray(k), cp.asarray(v)).get()[0]
+    print("макс. отклонение от float64:", np.abs(got.astype(np.float64) - exact).max())
+else:
+    print("GPU нет — самопроверка пропущена; проверки запуска ниже покажут «нужен GPU».")
+
+# %% [markdown] id="f5"
+# ### Проверки
+#
+# - совпадение с эталоном float64 без маски и с causal-маской (n кратно 128), отдельно **хвосты** (n = 1, 77, 100);
+#   допуск — $2 u_{16} ((P|V|) + |O|)$ на каждый элемент (раздел 4);
+# - на устройстве нет выделений размера (n, n);
+# - causal пропускает тайлы: по счётчику доля пар тайлов не больше 0.6 от полного прогона; в отзыве — TFLOP/s
+#   рядом с SDPA в f16 и fp32 (не оценивается);
+# - нет выходов за границы и гонок в разделяемой памяти (`compute-sanitizer` memcheck и racecheck).
+#
+# Проверки памяти, пропуска тайлов и гонок засчитываются только при верном результате на своём случае.
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_equivalence", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: совпадение с эталоном float64 (без маски) (3 б.)
+from autograder import grade
+grade('lesson09.equivalence', flash_attention_tc_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson09.equivalence', flash_attention_tc_gpu, cases=[{'H': 3, 'n': 512, 'd': 128, 'seed': 101}, {'H': 1, 'n': 1024, 'd': 64, 'seed': 102}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_tails", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: n не кратно размеру тайла (2 б.)
+from autograder import grade
+grade('lesson09.tails', flash_attention_tc_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson09.tails', flash_attention_tc_gpu, cases=[{'H': 2, 'n': 33, 'd': 128, 'seed': 103}, {'H': 1, 'n': 500, 'd': 64, 'seed': 104, 'causal': True}, {'H': 1, 'n': 2, 'd': 64, 'seed': 105, 'causal': True}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_causal", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: causal-маска совпадает с эталоном (2 б.)
+from autograder import grade
+grade('lesson09.causal', flash_attention_tc_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson09.causal', flash_attention_tc_gpu, cases=[{'H': 2, 'n': 512, 'd': 128, 'seed': 106}, {'H': 1, 'n': 128, 'd': 64, 'seed': 107}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: нет выделений размера (n, n) (1 б.)
+from autograder import grade
+grade('lesson09.memory', flash_attention_tc_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson09.memory', flash_attention_tc_gpu, cases=[{'H': 1, 'n': 4096, 'd': 128, 'seed': 109}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_causal_skip", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: causal пропускает тайлы над диагональю (счётчик) (2 б.)
+from autograder import grade
+grade('lesson09.causal_skip', flash_attention_tc_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson09.causal_skip', flash_attention_tc_gpu, cases=[{'H': 1, 'n': 2048, 'd': 128, 'seed': 110}])
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_sanitizer", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
+# Проверка: GPU: нет выходов за границы и гонок (compute-sanitizer memcheck, racecheck) (1 б.)
+from autograder import grade
+grade('lesson09.sanitizer', flash_attention_tc_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson09.sanitizer', flash_attention_tc_gpu, cases=[{'H': 1, 'n': 77, 'd': 128, 'seed': 111}])
+### END HIDDEN TESTS
+
+# %% [markdown] id="s1"
+# ## 6. Измеряем на вашем GPU
+#
+# TFLOP/s вашего ядра рядом с `scaled_dot_product_attention` из PyTorch в f16 и в fp32 (fp32 — уровень ядра
+# урока 08). Без GPU или без PyTorch ячейка покажет, что смогла.
+
+# %% id="s2"
+def time_ms(fn, repeat=5):
+    fn(); cp.cuda.Device().synchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(repeat):
+        fn()
+    end.record(); end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) / repeat
+
+if gpu_status()[0]:
+    try:
+        import torch
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+    except ImportError:
+        torch = None
+    H = 16
+    for n, d in ((4096, 64), (4096, 128)):
+        q, k, v = (cp.random.standard_normal((H, n, d), dtype=cp.float32).astype(cp.float16) for _ in range(3))
+        for causal in (False, True):
+            flops = 4 * H * n * n * d / (2 if causal else 1)
+            line = {"ваше ядро": time_ms(lambda: flash_attention_tc_gpu(q, k, v, causal))}
+            if torch is not None:
+                tq, tk, tv = (torch.as_tensor(a, device="cuda")[None] for a in (q, k, v))
+                line["SDPA f16"] = time_ms(lambda: sdpa(tq, tk, tv, is_causal=causal))
+                tq, tk, tv = (t.float() for t in (tq, tk, tv))
+                line["SDPA fp32"] = time_ms(lambda: sdpa(tq, tk, tv, is_causal=causal), repeat=2)
+            print(f"n={n} d={d:3d} causal={causal!s:5}: " +
+                  ", ".join(f"{name} {flops / ms / 1e9:6.1f} TFLOP/s" for name, ms in line.items()))
+else:
+    print("GPU нет: измерения пропущены. Числа с H200 — в разделе 7.")
+
+# %% [markdown] id="r1"
+# ## 7. Эталонные ядра на H200: у предела
+#
+# Эталонное ядро этого урока (то, что в ячейке `FLASH_TC_SRC` выше), `scaled_dot_product_attention` из PyTorch
+# в f16 на тех же входах и ядро шага 2 урока 08 (fp32, CUDA-ядра) — в одном прогоне, H = 16 голов, TFLOP/s по
+# формуле $4 n^2 d$ (половина для causal):
+#
+# | n | d | causal | ядро, мс | ядро, TFLOP/s | SDPA f16, TFLOP/s | ядро / SDPA f16 | урок 08 fp32, TFLOP/s |
+# | --- | --- | --- | --- | --- | --- | --- | --- |
+# | 4096 | 64 | нет | 0.327 | 210 | 437 | 0.48× | 32.9 |
+# | 4096 | 64 | да | 0.176 | 196 | 307 | 0.64× | 25.6 |
+# | 4096 | 128 | нет | 0.533 | 258 | 604 | 0.43× | 35.8 |
+# | 4096 | 128 | да | 0.284 | 242 | 420 | 0.58× | 28.1 |
+# | 16384 | 64 | нет | 5.28 | 208 | 472 | 0.44× | — |
+# | 16384 | 64 | да | 2.59 | 212 | 443 | 0.48× | — |
+# | 16384 | 128 | нет | 9.22 | 239 | 596 | 0.40× | 36.8 |
+# | 16384 | 128 | да | 4.37 | 252 | 597 | 0.42× | — |
+#
+# Измерено на NVIDIA H200 (132 SM), 2026-12-01, CuPy 14.2.0, PyTorch 2.11.0+cu130; команда
+# `python benchmarks/gpu_kernels.py --tensor-cores`, результаты — `benchmarks/results/gpu_kernels_tc_h200.json` в
+# репозитории курса. CUDA events, медиана пяти повторов после прогрева; наибольшее отличие от SDPA f16 на этих входах —
+# 4.9·10⁻⁴ (половина шага f16 у единицы).
+#
+# Что из этого следует:
+# - тензорные ядра дают **6.4–8.6×** против fp32-ядра урока 08 (239 против 37 TFLOP/s при n = 16384, d = 128) — меньше
+#   паспортных 14.8×: вне `mma` остаются softmax, загрузки тайлов и барьеры;
+# - SDPA в f16 на H200 выбирает ядро, написанное под Hopper (по умолчанию — cuDNN, на асинхронных `wgmma`, урок 10):
+#   300–600 TFLOP/s. Наше ядро на `mma.sync` даёт 0.40–0.64 от него. Для масштаба: FlashAttention-2, написанная на тех
+#   же `mma.sync`, на H100 при d = 128 и n = 4k–16k даёт 368–370 TFLOP/s без маски и 319–335 с causal (статья
+#   FlashAttention-3, arXiv 2407.08608, сравнение прямого прохода) — около 0.6 от этого SDPA; до неё нашему ядру
+#   при d = 128 остаётся примерно полтора раза (тайл 16 строк на варп, без конвейера ldmatrix);
+# - causal при n = 16384 быстрее полного внимания в 2.03× (d = 64) и 2.11× (d = 128): пропуск тайлов над диагональю
+#   и запуск длинных блоков первыми работают;
+# - до паспортных 989 TFLOP/s далеко всем `mma.sync`-ядрам: на Hopper полную скорость тензорных ядер даёт только
+#   `wgmma` с TMA и варп-специализацией — это следующий урок.
+#
+# ## Итог
+#
+# - Тензорное ядро — инструкция **варпа**: `mma.sync` m16n8k8 (sm_75+) и m16n8k16 (sm_80+) умножают фрагменты
+#   f16/bf16 и копят сумму в fp32; раскладка фрагментов задана PTX ISA — нить `4g + t` держит строки g и g + 8.
+# - `ldmatrix` собирает фрагменты из разделяемой памяти за одну инструкцию, `.trans` превращает V в фрагмент B;
+#   дополнение строки тайла на 16 байт убирает конфликты банков.
+# - В FlashAttention-2 S остаётся фрагментом-аккумулятором, из него прямо в регистрах получается фрагмент A для
+#   P·V; softmax идёт по строкам, которые делят 4 нити группы (`__shfl_xor_sync` 1 и 2).
+# - Цена 16 бит — ошибка порядка $2^{-11}$ от $P|V|$ и $|O|$; допуск проверки выведен из неё, а не подобран.
+# - Интенсивность слитого внимания ~n/2 FLOP/Б: с тензорными ядрами оно упирается в вычисления, и всё, что не
+#   `mma` (softmax, загрузки, барьеры), теперь видно во времени.
+#
+# ## Вопросы к уроку 10
+#
+# 1. В нашем ядре варп то ждёт тайл K/V на барьере, то считает `mma`, то softmax — по очереди. Hopper добавляет
+#    асинхронный `wgmma` (варп-группа из 4 варпов, операнд B прямо из разделяемой памяти) и TMA (копия тайла
+#    одной инструкцией). Какие из четырёх `__syncthreads()` на тайл становятся не нужны, если тайлы грузит
+#    отдельный варп-производитель, а готовность сообщают барьеры в памяти (mbarrier)?
+# 2. Пока CUDA-ядра считают softmax тайла j, тензорные ядра этого варпа простаивают. Как две варп-группы,
+#    работающие «пинг-понгом», могут занять тензорные ядра softmax-ом друг друга, и сколько это может дать, если
+#    softmax занимает, скажем, четверть времени тайла?
+# 3. Мы округляли P до f16 (10 бит мантиссы) и получили ошибку ~$2^{-11}$. FP8 e4m3 хранит 3 бита мантиссы: во
+#    сколько раз вырастет та же оценка ошибки, и почему FA3 при этом масштабирует блоки и поворачивает Q и K
+#    (Адамар)?
