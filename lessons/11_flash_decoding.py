@@ -28,6 +28,10 @@
 # 3. напишете `paged_decode` — декод по таблице страниц (block table) с GQA и разбиением контекста (split-KV);
 # 4. посчитаете, сколько блоков CUDA запускает декод при разном батче, и увидите по замерам на H200, зачем делить контекст;
 # 5. перенесёте `paged_decode` на GPU: ядро split и ядро combine.
+#
+# Здесь — ответы на три вопроса конца урока 10: где декод на roofline (раздел 1), что сохранить от каждой части
+# KV-кэша, чтобы точно сложить результаты (раздел 2: пара (o, lse)), и сколько блоков получает декод при батче 1
+# (раздел 4).
 
 # %%
 # Colab и чистые окружения: ставим пакет курса, если его нет (в собранном окружении курса ничего не делает).
@@ -89,13 +93,14 @@ grade('lesson11.traffic', decode_traffic, cases=[{'L': 8192, 'Hq': 64, 'Hkv': 8,
 # d = 128) в bf16 при L = 4096. Во сколько раз она ниже ridge point H200 по bf16 (урок 01)? Запишите свой прогноз.
 
 # %%
-my_intensity_guess = 10.0      # ваш прогноз, FLOP/байт (не оценивается)
+my_guess_intensity = None   # ваш прогноз, FLOP/байт (не оценивается)
 
 # %%
 kv_bytes, flops = decode_traffic(4096, 16, 8, 128, 2)
 intensity = flops / kv_bytes
 ridge_h200 = 989e12 / 4.8e12   # bf16 dense 989 TFLOP/s, HBM3e 4.8 TB/s (спецификации NVIDIA H100/H200)
-print(f"ваш прогноз {my_intensity_guess:g}; по формуле {intensity:g} FLOP/Б = G = Hq / Hkv = {16 // 8}")
+print(f"по формуле {intensity:g} FLOP/Б = G = Hq / Hkv = {16 // 8}"
+      + ("" if my_guess_intensity is None else f"; ваш прогноз {my_guess_intensity:g}"))
 print(f"ridge point H200 (bf16): {ridge_h200:.0f} FLOP/Б; ridge point / интенсивность декода = {ridge_h200 / intensity:.0f}")
 for G in (1, 2, 4, 8):
     kv, fl = decode_traffic(4096, 8 * G, 8, 128, 2)
@@ -481,7 +486,7 @@ BENCH_DECODE_H200 = {'device': 'NVIDIA H200',
                   {'L': 32768, 'num_splits': 256, 'share': 0.317}]}
 
 # %%
-my_share_guess_no_split = 0.5      # ваш прогноз: доля копирования память→память при num_splits = 1 (не оценивается)
+my_guess_share_no_split = None   # ваш прогноз: доля копирования память→память при num_splits = 1, например 0.3
 
 # %%
 # Замер на H200 (данные из benchmarks/results/decode_kernels_h200.json репозитория курса: устройство, дата,
@@ -502,7 +507,8 @@ for B in (1, 8, 64):
 if bench:
     sweep = [r for r in bench["splits_sweep"] if r["L"] == 32768]
     print(f"\nзамер ({bench['device']}, {bench['date'][:10]}): num_splits = 1 → "
-          f"{100 * sweep[0]['share']:.0f} % копирования; ваш прогноз {100 * my_share_guess_no_split:.0f} %")
+          f"{100 * sweep[0]['share']:.0f} % копирования"
+          + ("" if my_guess_share_no_split is None else f"; ваш прогноз {100 * my_guess_share_no_split:.0f} %"))
     for L in sorted({r["L"] for r in bench["splits_sweep"]}):
         rows = [r for r in bench["splits_sweep"] if r["L"] == L]
         plt.plot([r["num_splits"] for r in rows], [100 * r["share"] for r in rows], "o-", label=f"B = 1, L = {L}")
