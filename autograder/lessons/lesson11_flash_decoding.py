@@ -433,7 +433,7 @@ def memory(paged_decode, cases=MEMORY_CASES):
                             ("K и V одной головы", one_head, allowed)])
         if peak.bytes > allowed:
             raise CheckFailed(f"пик памяти {peak.mib:.2f} МиБ больше допуска {allowed / MiB:.2f} МиБ ({case}).\n{table}\n"
-                              "Похоже, K или V последовательности собраны в один массив (np.concatenate, "
+                              "Вероятно, K или V последовательности собраны в один массив (np.concatenate, "
                               "k_pages[block_table[b]] или k_pages[pages].reshape(...)): читайте страницу за "
                               "страницей — k_pages[p] — это вид (view), а не копия, — и ведите online softmax.")
     return table
