@@ -188,7 +188,9 @@ def validate(page) -> str:
     """Press nbgrader's Validate and wait for its "Validation Results" dialog; the dialog's text."""
     page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).click(force=True)
     dialog = page.locator(".jp-Dialog")
-    dialog.wait_for(timeout=300_000)
+    # 15 s on a quiet machine; on a starved one (2 cores, other test processes) the page itself is slow
+    # (2 minutes from kernel start to the click were seen), so the limit is generous: a hang still fails.
+    dialog.wait_for(timeout=600_000)
     page.wait_for_function(
         "() => document.querySelector('.jp-Dialog') && "
         "document.querySelector('.jp-Dialog').textContent.includes('Validation Results')",
