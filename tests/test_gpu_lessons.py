@@ -32,7 +32,7 @@ from autograder.notebook import run
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not gpu.gpu_status()[0],
-                                reason=f"GPU-проверки уроков 06–09 требуют GPU и CuPy ({gpu.gpu_status()[1]})")
+                                reason=f"GPU-проверки уроков 06–09 и 11 требуют GPU и CuPy ({gpu.gpu_status()[1]})")
 
 
 # --- notebooks as JSON (no nbformat needed on a bare GPU machine) ---------------------------
