@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from .core import CheckFailed, call_student, check, shorten
+from .core import CheckFailed, call_student, check, describe_case, shorten
 
 try:  # imported before any student code runs (the worker imports the check module first)
     import cupy as _cp
@@ -181,6 +181,38 @@ def run_student(function, *args, case: str, what: str, **kwargs):
     if damaged:
         raise CheckFailed(guard_message(damaged, whose="входного массива", case=case, what=what))
     return result
+
+
+#: With causal tile skipping a kernel computes (N+1)/2N of the (Q tile, K/V tile) pairs: 0.53 at N = 16,
+#: 0.56 for 128-row Q tiles and 64-row K/V tiles; without skipping, all of them.
+CAUSAL_TILE_RATIO = 0.6
+
+
+def causal_tile_counts(run_case, cases, *, rows: str = "Br") -> str:
+    """The tile-counter check of the attention kernels (lessons 08 and 09).
+
+    ``run_case(case, causal, counter)`` runs the student's function on one case with ``tile_counter=counter``
+    and checks its values; the causal count must be at most :data:`CAUSAL_TILE_RATIO` of the full one.
+    ``rows`` names the Q-tile height as the lesson writes it.  Returns the verdict's detail line.
+    """
+    counts, ratio = {}, 0.0
+    for c in cases:
+        for is_causal in (False, True):
+            counter = _cp.zeros(1, dtype=_cp.int32)
+            run_case(c, is_causal, counter)
+            counts[is_causal] = int(counter.get()[0])
+        case = describe_case(**c)
+        if counts[False] <= 0:
+            raise CheckFailed(f"счётчик тайлов не изменился ({case}): ядро должно прибавлять к tile_counter "
+                              "число вычисленных пар (тайл Q, тайл K/V) — например, один atomicAdd на блок в конце.")
+        ratio = counts[True] / counts[False]
+        if ratio > CAUSAL_TILE_RATIO:
+            raise CheckFailed(
+                f"causal: {counts[True]} пар тайлов против {counts[False]} без маски — доля {ratio:.2f}, а при "
+                f"пропуске тайлов над диагональю она ≈ (N+1)/2N ≈ 0.5 (допустимо ≤ {CAUSAL_TILE_RATIO}; {case}).\n"
+                "Подсказка: маска применяется, но цикл по тайлам K/V идёт до конца последовательности. "
+                f"Для блока строк [q0, q0 + {rows}) нужны ключи только до q0 + {rows} − 1.")
+    return f"пар тайлов: без маски {counts[False]}, causal {counts[True]} (доля {ratio:.2f})"
 
 
 def to_host(got, *, shape: tuple[int, ...], case: str, name: str = "результат", dtype=np.float32) -> np.ndarray:
