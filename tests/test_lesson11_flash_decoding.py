@@ -97,3 +97,35 @@ def test_without_a_gpu_the_run_checks_say_so_and_score_zero():
     for check_id in ("lesson11.gpu_equivalence", "lesson11.gpu_splits", "lesson11.gpu_memory", "lesson11.gpu_speed"):
         result = run(check_id, lambda *a, **k: None)
         assert not result.passed and result.score == 0 and result.message.startswith("нужен GPU"), check_id
+
+
+
+def test_a_right_merge_in_float64_fails_on_its_dtype_and_names_no_mistake():
+    """Found by a student trial: the dtype failure used to add a wrong «known mistake» (lse = max lse_s)."""
+    from autograder.notebook import run
+
+    def merge_float64(o_parts, lse_parts):  # right, but computed and returned in float64
+        import numpy as np
+
+        lse_parts = lse_parts.astype(np.float64)
+        m = lse_parts.max(axis=0)
+        safe = np.where(np.isfinite(m), m, 0.0)
+        w = np.exp(lse_parts - safe)
+        total = w.sum(axis=0)
+        o = np.einsum("s...,s...d->...d", w, o_parts) / np.where(total > 0, total, 1.0)[..., None]
+        lse = np.where(total > 0, safe + np.log(np.where(total > 0, total, 1.0)), -np.inf)
+        return o, lse
+
+    result = run("lesson11.merge", merge_float64)
+    assert not result.passed and "float32" in result.message and result.mistake is None, result.message
+
+
+def test_bytes_without_the_element_size_are_named_as_such():
+    """Found by a student trial: with 2-byte elements "K only" and "elements, not bytes" give the same number."""
+    from autograder.notebook import run
+
+    def elements_not_bytes(L, Hq, Hkv, d, bytes_per_element):
+        return 2 * L * Hkv * d, 4 * L * Hq * d
+
+    result = run("lesson11.traffic", elements_not_bytes)
+    assert not result.passed and "забыт размер элемента" in result.message, result.message
