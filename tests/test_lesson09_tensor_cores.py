@@ -1,4 +1,6 @@
 """Lesson 09 without a GPU (CI): do its kernels compile everywhere, and are its tolerances right?"""
+import math
+
 import nbformat
 import numpy as np
 import pytest
@@ -185,3 +187,28 @@ def test_notebooks_open_in_colab_and_install_from_the_course_repository():
         assert gpu.colab_url(LESSON) in cells[0].source
         assert f'COURSE_REPOSITORY = "{gpu.COURSE_REPOSITORY}"' in cells[1].source
         assert re.search(r'find_spec\("autograder"\) is None', cells[1].source)
+
+
+def test_the_lesson_quotes_the_committed_tensor_core_benchmark():
+    """Section 7's table and the prediction cell's figures are the committed H200 run, rounded as printed."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    rows = json.loads((root / "benchmarks/results/gpu_kernels_tc_h200.json").read_text())["tensor_cores"]
+    measured = {(r["n"], r["d"], r["causal"]): r for r in rows}
+    text = (root / "lessons/09_tensor_cores.py").read_text(encoding="utf-8")
+    table = re.findall(r"^# \| (\d+) \| (\d+) \| (нет|да) \| ([\d.]+) \| (\d+) \| (\d+) \| ([\d.]+)× \| ([\d.]+|—) \|$",
+                       text, re.MULTILINE)
+    assert len(table) == len(measured) == 8
+    for n, d, causal, ms, tflops, sdpa, ratio, fp32 in table:
+        r = measured[(int(n), int(d), causal == "да")]
+        assert math.isclose(float(ms), r["tc_ms"], rel_tol=0.01), (n, d, causal)
+        assert int(tflops) == round(r["tc_tflops"]) and int(sdpa) == round(r["sdpa_f16_tflops"]), (n, d, causal)
+        assert float(ratio) == round(r["tc_vs_sdpa_f16"], 2), (n, d, causal)
+        if fp32 != "—":
+            assert float(fp32) == round(r["lesson08_fp32_tflops"], 1), (n, d, causal)
+    quoted = re.search(r'H200_MEASURED_TFLOPS = \{"урок 08, fp32": ([\d.]+), "урок 09, f16": ([\d.]+)\}', text)
+    big = measured[(16384, 128, False)]
+    assert (float(quoted[1]), float(quoted[2])) == (round(big["lesson08_fp32_tflops"], 1), round(big["tc_tflops"], 1))
