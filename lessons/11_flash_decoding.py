@@ -555,11 +555,12 @@ else:
 # | --- | --- |
 # | цикл по b, голове K/V, группе s | блок CUDA `(s, kv, b)`: `blockIdx.x = s`, `blockIdx.y = kv`, `blockIdx.z = b`; 128 потоков = 4 варпа |
 # | G голов запроса одной головы K/V | все G векторов q — в регистрах каждого варпа: строку K/V читают **один** раз на все G голов |
-# | страница за страницей | варп берёт позиции группы по очереди, `page = block_table[b, t / page_size]`, позиции `t ≥ lengths[b]` не читаются |
+# | страница за страницей | варп берёт позиции группы порциями по RUN подряд (4 варпа — по очереди), `page = block_table[b, t / page_size]`, позиции `t ≥ lengths[b]` не читаются |
+# | — | двойная буферизация: две порции в регистрах; пока считается softmax одной, строки K/V следующей уже идут из памяти |
 # | `q · k` для одной позиции | лейн варпа держит d/32 элементов (`float4` при d = 128), сумма — `__shfl_xor_sync` |
 # | online softmax (m, l, acc) | у каждого варпа свой; в конце 4 варпа сливаются через разделяемую память (shared memory) |
 # | `(o_s, lse_s)` группы | пишутся в буферы `o_part` (S, B, Hq, d), `lse_part` (S, B, Hq); при S = 1 сразу в ответ |
-# | `merge_partials` | ядро `paged_decode_combine`: блок на (последовательность, голову запроса), d потоков |
+# | `merge_partials` | ядро `paged_decode_combine`: блок на (последовательность, голову запроса), d × 4 потоков: четыре нити элемента e делят части между собой |
 #
 # Контракт `paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None)` тот же, что у NumPy-версии,
 # на массивах CuPy (`block_table`, `lengths` — int32); d = 64 или 128, G от 1 до 8; `num_splits=None` — выбор по
@@ -570,11 +571,12 @@ else:
 # в разделяемую память. Допишите пять мест ядра — на месте каждого стоят строки заглушки `# ВАШ КОД ЗДЕСЬ` /
 # `raise NotImplementedError()`; замените их кодом CUDA C (строки с `//` — комментарии C):
 # 1. диапазон страниц `[p0, p1)` и позиций `[t0, t1)` своей группы — как группы `num_splits` в NumPy-версии (`ceil(pages / num_splits)` страниц на группу), без позиций ≥ n;
-# 2. страница позиции t по таблице страниц и смещение строки (страница, слот, голова K/V) в пуле;
-# 3. шаг online softmax для порции из UNROLL скоров `s[u]` (урок 04): новый максимум, множитель `exp(m − m_new)`,
+# 2. (в `load_run`) страница позиции t по таблице страниц и смещение строки (страница, слот, голова K/V) в пуле;
+# 3. (в `softmax_run`) шаг online softmax для порции из RUN скоров `s[u]` (урок 04): новый максимум, множитель `exp(m − m_new)`,
 #    добавки `p = exp(s[u] − m_new)` к `l` и `p · v` к `acc` только для позиций `base + u < t1`;
 # 4. слияние состояний четырёх варпов для головы g и элемента e — то же правило, что в `merge_partials`;
-# 5. ядро combine: `merge_partials` по частям `o_part`, `lse_part`.
+# 5. ядро combine: суммы `merge_partials` по своим частям `o_part`, `lse_part` (максимум `M` и сложение четырёх
+#    сумм уже написаны).
 #
 # В обёртке `paged_decode_gpu` остаётся (6) — два запуска, и тело `choose_splits` — правило выбора `num_splits`
 # из раздела 4: столько групп, чтобы блоков хватило на одну волну (около 4 блоков на SM: 128 потоков по 128
@@ -603,6 +605,74 @@ template <int VEC> __device__ __forceinline__ void load_vec(float* r, const floa
     for (int i = 0; i < VEC; ++i) r[i] = f[i];
 }
 
+// the K and V rows of tokens base .. base + RUN - 1 of this split (none at or past t1) into registers
+template <int D, int RUN>
+__device__ __forceinline__ void load_run(float (&kr)[RUN][D / 32], float (&vr)[RUN][D / 32],
+                                         const float* __restrict__ k_pages, const float* __restrict__ v_pages,
+                                         const int* __restrict__ row_table, int base, int t1, int page_size,
+                                         int Hkv, int kvh, int lane)
+{
+    constexpr int VEC = D / 32;
+#pragma unroll
+    for (int u = 0; u < RUN; ++u) {
+        const int t = base + u;
+        if (t < t1) {
+            // (2) where token t lives: its page from the block table, then the offset of this lane's VEC
+            //     elements of (page, slot, KV head kvh) in the pool (P, page_size, Hkv, D)
+            // ### BEGIN SOLUTION
+            const int page = row_table[t / page_size];
+            const size_t row = (((size_t)page * page_size + t % page_size) * Hkv + kvh) * D + lane * VEC;
+            // ### END SOLUTION
+            load_vec<VEC>(kr[u], k_pages + row);
+            load_vec<VEC>(vr[u], v_pages + row);
+        }
+    }
+}
+
+// online softmax of the G query heads over one run of RUN tokens already in registers
+template <int GT, int RUN, int VEC>
+__device__ __forceinline__ void softmax_run(const float (&qr)[GT][VEC], const float (&kr)[RUN][VEC],
+                                            const float (&vr)[RUN][VEC], float (&m)[GT], float (&l)[GT],
+                                            float (&acc)[GT][VEC], int base, int t1, int G)
+{
+#pragma unroll
+    for (int g = 0; g < GT; ++g) {
+        if (g >= G) break;
+        float s[RUN];
+        float m_blk = NEG_INF;
+#pragma unroll
+        for (int u = 0; u < RUN; ++u) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) dot += qr[g][i] * kr[u][i];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            s[u] = base + u < t1 ? dot : NEG_INF;
+            m_blk = fmaxf(m_blk, s[u]);
+        }
+        // (3) online softmax over this run (lesson 04): the new max, l and acc rescaled by exp(m - m_new),
+        //     then p = exp(s[u] - m_new) added to l and p * v to acc for every token of the run (u with
+        //     base + u < t1)
+        // ### BEGIN SOLUTION
+        const float m_new = fmaxf(m[g], m_blk);     // finite: the first token of the run is valid
+        const float corr = __expf(m[g] - m_new);
+        l[g] *= corr;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[g][i] *= corr;
+#pragma unroll
+        for (int u = 0; u < RUN; ++u) {
+            if (base + u < t1) {
+                const float p = __expf(s[u] - m_new);
+                l[g] += p;
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) acc[g][i] += p * vr[u][i];
+            }
+        }
+        m[g] = m_new;
+        // ### END SOLUTION
+    }
+}
+
 template <int D, int GT>
 __device__ void split_body(const float* __restrict__ q, const float* __restrict__ k_pages,
                            const float* __restrict__ v_pages, const int* __restrict__ table,
@@ -611,7 +681,7 @@ __device__ void split_body(const float* __restrict__ q, const float* __restrict_
                            int max_pages, int num_splits, float scale, float* smem)
 {
     constexpr int VEC = D / 32;
-    constexpr int UNROLL = GT >= 8 ? 2 : GT >= 4 ? 4 : 8;           // rows in flight per warp, within the register budget
+    constexpr int RUN = GT >= 8 ? 1 : GT >= 4 ? 2 : 4;     // tokens per run: two runs in registers, within 128 registers
     float (*sm_acc)[GT][D] = reinterpret_cast<float (*)[GT][D]>(smem);
     float (*sm_m)[GT] = reinterpret_cast<float (*)[GT]>(smem + WARPS * GT * D);
     float (*sm_l)[GT] = reinterpret_cast<float (*)[GT]>(smem + WARPS * GT * D + WARPS * GT);
@@ -638,58 +708,18 @@ __device__ void split_body(const float* __restrict__ q, const float* __restrict_
         m[g] = NEG_INF;
         l[g] = 0.0f;
     }
-    for (int base = t0 + warp * UNROLL; base < t1; base += WARPS * UNROLL) {
-        float kr[UNROLL][VEC], vr[UNROLL][VEC];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {            // all loads first: 2·UNROLL rows in flight per warp
-            const int t = base + u;
-            if (t < t1) {
-                // (2) where token t lives: its page from the block table, then the offset of this lane's VEC
-                //     elements of (page, slot, KV head kvh) in the pool (P, page_size, Hkv, D)
-                // ### BEGIN SOLUTION
-                const int page = row_table[t / page_size];
-                const size_t row = (((size_t)page * page_size + t % page_size) * Hkv + kvh) * D + lane * VEC;
-                // ### END SOLUTION
-                load_vec<VEC>(kr[u], k_pages + row);
-                load_vec<VEC>(vr[u], v_pages + row);
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < GT; ++g) {
-            if (g >= G) break;
-            float s[UNROLL];
-            float m_blk = NEG_INF;
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                float dot = 0.0f;
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) dot += qr[g][i] * kr[u][i];
-#pragma unroll
-                for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-                s[u] = base + u < t1 ? dot : NEG_INF;
-                m_blk = fmaxf(m_blk, s[u]);
-            }
-            // (3) online softmax over this run (lesson 04): the new max, l and acc rescaled by exp(m - m_new),
-            //     then p = exp(s[u] - m_new) added to l and p * v to acc for every token of the run (u with
-            //     base + u < t1)
-            // ### BEGIN SOLUTION
-            const float m_new = fmaxf(m[g], m_blk);     // finite: the first token of the run is valid
-            const float corr = __expf(m[g] - m_new);
-            l[g] *= corr;
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) acc[g][i] *= corr;
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                if (base + u < t1) {
-                    const float p = __expf(s[u] - m_new);
-                    l[g] += p;
-#pragma unroll
-                    for (int i = 0; i < VEC; ++i) acc[g][i] += p * vr[u][i];
-                }
-            }
-            m[g] = m_new;
-            // ### END SOLUTION
-        }
+    // Warp w takes the runs that start at t0 + RUN * w, then every WARPS * RUN tokens. Double buffering: while
+    // one run is in the softmax, the rows of the next one are already on their way from memory.
+    const int step = WARPS * RUN;
+    float ka[RUN][VEC], va[RUN][VEC], kb[RUN][VEC], vb[RUN][VEC];
+    int base = t0 + warp * RUN;
+    load_run<D, RUN>(ka, va, k_pages, v_pages, row_table, base, t1, page_size, Hkv, kvh, lane);
+    for (; base < t1; base += 2 * step) {
+        load_run<D, RUN>(kb, vb, k_pages, v_pages, row_table, base + step, t1, page_size, Hkv, kvh, lane);
+        softmax_run<GT, RUN, VEC>(qr, ka, va, m, l, acc, base, t1, G);
+        if (base + step >= t1) break;
+        load_run<D, RUN>(ka, va, k_pages, v_pages, row_table, base + 2 * step, t1, page_size, Hkv, kvh, lane);
+        softmax_run<GT, RUN, VEC>(qr, kb, vb, m, l, acc, base + step, t1, G);
     }
 #pragma unroll
     for (int g = 0; g < GT; ++g) {
@@ -743,26 +773,41 @@ paged_decode_split(const float* q, const float* k_pages, const float* v_pages, c
     else split_by_group<64>(SPLIT_ARGS);
 }
 
+#define COMBINE_WAYS 4
 extern "C" __global__ void paged_decode_combine(const float* o_part, const float* lse_part, float* out,
                                                 int num_splits, int rows, int d)
 {
-    const int row = blockIdx.x, e = threadIdx.x;   // one block per (sequence, query head), d threads
-    // (5) out[row * d + e] from the num_splits parts o_part[(s * rows + row) * d + e], lse_part[s * rows + row]:
-    //     merge_partials of part 2 in CUDA (empty parts, lse = -inf, add nothing)
-    // ### BEGIN SOLUTION
-    float M = NEG_INF;
-    for (int s = 0; s < num_splits; ++s) M = fmaxf(M, lse_part[(size_t)s * rows + row]);
+    // one block per (sequence, query head) of d x COMBINE_WAYS threads: thread (e, y) sums element e of the
+    // parts s = y, y + COMBINE_WAYS, ..., and the COMBINE_WAYS partial sums meet in shared memory
+    __shared__ float sm_a[COMBINE_WAYS][128];
+    __shared__ float sm_l[COMBINE_WAYS];
+    const int row = blockIdx.x, e = threadIdx.x, y = threadIdx.y, lane = threadIdx.x & 31;
+    float M = NEG_INF;                                    // the largest lse: the 32 lanes read the parts together
+    for (int s = lane; s < num_splits; s += 32) M = fmaxf(M, lse_part[(size_t)s * rows + row]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
     float L = 0.0f, A = 0.0f;
-    if (M != NEG_INF)
-        for (int s = 0; s < num_splits; ++s) {
+    // (5) this thread's parts s = y, y + COMBINE_WAYS, ... of element e: L += w and A += w * o_part[(s * rows + row)
+    //     * d + e] with w = exp(lse_part[s * rows + row] - M), as in merge_partials of part 2; empty parts
+    //     (lse = -inf) add nothing, and nothing is added when M = -inf
+    // ### BEGIN SOLUTION
+    if (M != NEG_INF) {
+#pragma unroll 4
+        for (int s = y; s < num_splits; s += COMBINE_WAYS) {
             const float lse = lse_part[(size_t)s * rows + row];
-            if (lse == NEG_INF) continue;               // an empty split adds nothing
-            const float w = __expf(lse - M);
+            const float w = lse == NEG_INF ? 0.0f : __expf(lse - M);   // an empty split adds nothing
             L += w;
             A += w * o_part[((size_t)s * rows + row) * d + e];
         }
-    out[(size_t)row * d + e] = L > 0.0f ? A / L : 0.0f;
+    }
     // ### END SOLUTION
+    sm_a[y][e] = A;
+    if (e == 0) sm_l[y] = L;
+    __syncthreads();
+    if (y == 0) {
+        for (int i = 1; i < COMBINE_WAYS; ++i) { A += sm_a[i][e]; L += sm_l[i]; }
+        out[(size_t)row * d + e] = L > 0.0f ? A / L : 0.0f;
+    }
 }
 """
 
@@ -803,7 +848,7 @@ def paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None)
     o_part = out if S == 1 else cp.empty((S, B, Hq, d), dtype=cp.float32)   # S = 1: ядро split сразу пишет ответ
     lse_part = cp.empty((S, B, Hq), dtype=cp.float32)
     # (6) запуск ядра split: сетка (S, Hkv, B), 128 потоков; скаляры — np.int32 / np.float32, масштаб 1/√d;
-    #     затем, если S > 1, ядро combine: сетка (B * Hq,), d потоков
+    #     затем, если S > 1, ядро combine: сетка (B * Hq,), блок (d, 4) — 4 = COMBINE_WAYS
     ### BEGIN SOLUTION
     _decode_kernels[split](
         (S, Hkv, B), (128,),
@@ -811,7 +856,7 @@ def paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None)
          np.int32(d), np.int32(page_size), np.int32(max_pages), np.int32(S), np.float32(1 / math.sqrt(d))))
     if S > 1:
         _decode_kernels[combine](
-            (B * Hq,), (d,), (o_part, lse_part, out, np.int32(S), np.int32(B * Hq), np.int32(d)))
+            (B * Hq,), (d, 4), (o_part, lse_part, out, np.int32(S), np.int32(B * Hq), np.int32(d)))
     ### END SOLUTION
     return out
 

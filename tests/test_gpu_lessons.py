@@ -623,12 +623,13 @@ def bank_11() -> list[Entry]:
         Entry("newest_position_dropped", kernel(("t1 = min(p1 * page_size, n);", "t1 = min(p1 * page_size, n - 1);")),
               GPU11, says="потеряна последняя позиция"),
         Entry("no_scale", kernel(("qr[g][i] *= scale;", "qr[g][i] *= 1.0f;")), GPU11, says="не совпадает"),
-        Entry("combine_without_max", kernel(("const float w = __expf(lse - M);", "const float w = __expf(lse);"),
+        Entry("combine_without_max", kernel(("const float w = lse == NEG_INF ? 0.0f : __expf(lse - M);",
+                                             "const float w = lse == NEG_INF ? 0.0f : __expf(lse);"),
                                             ("out[(size_t)row * d + e] = L > 0.0f ? A / L : 0.0f;",
                                              "out[(size_t)row * d + e] = A / L;")), {SPLITS11}, says="NaN"),
         Entry("empty_split_gives_nan", kernel(("o_part[head * D + e] = L > 0.0f ? A / L : 0.0f;", "o_part[head * D + e] = A / L;"),
-                                              ("if (lse == NEG_INF) continue;               // an empty split adds nothing",
-                                               "")), GPU11, says="NaN"),  # num_splits=None leaves groups empty too
+                                              ("lse == NEG_INF ? 0.0f : __expf(lse - M);", "__expf(lse - M);")),
+              GPU11, says="NaN"),  # num_splits=None leaves groups empty too
         Entry("contiguous_copy", {"paged_decode_gpu": replace(
             wrap, "    out = cp.empty((B, Hq, d), dtype=cp.float32)\n",
             "    out = cp.empty((B, Hq, d), dtype=cp.float32)\n    k_pages = cp.ascontiguousarray(k_pages[block_table])\n"
