@@ -41,3 +41,19 @@ def test_causal_tile_fraction_is_below_the_bound_for_common_tiles(br, bc):
 def test_equivalence_and_causal_lengths_divide_by_128_and_tails_do_not():
     assert all(c["n"] % 128 == 0 for c in VISIBLE + CAUSAL)
     assert all(c["n"] % 32 for c in TAILS)
+
+
+def test_the_cuda_core_limit_paragraph_quotes_the_committed_limits_benchmark():
+    """Are the cuBLAS-without-TF32, SDPA fp32 and kernel figures of section 2 those of the committed JSON?"""
+    import json
+
+    measured = json.loads((course.ROOT / "benchmarks" / "results" / "gpu_kernels_limits_h200.json").read_text())
+    row = next(r for r in measured["attention"] if (r["n"], r["d"]) == (4096, 128))
+    text = course.text_source(LESSON).read_text(encoding="utf-8")
+    start = text.index("Насколько это реально, показывает cuBLAS")
+    paragraph = text[start:text.index("gpu_kernels_limits_h200.json", start)]
+    for value in (row["gemm_s_tflops"], row["gemm_pv_tflops"], measured["sgemm"]["tflops"], row["sdpa_tflops"],
+                  row["flash_tflops"]):
+        assert f"{value:.1f}" in paragraph, value
+    assert f"{measured['sgemm']['tflops'] / measured['cuda_core_bound']['tflops']:.0%}".replace("%", " %") in paragraph
+    assert f"{row['flash_pct_of_bound']:.0f} %" in paragraph
