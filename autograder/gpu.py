@@ -385,6 +385,39 @@ def time_student(function, *args, case: str, what: str, repeat: int = 10, rounds
     return float(np.median(times))
 
 
+def attention_flops(H: int, n: int, d: int, causal: bool) -> float:
+    """FLOPs of attention as the course counts them: 4·H·n²·d, half of that when causal."""
+    return 4.0 * H * n * n * d / (2 if causal else 1)
+
+
+def sdpa_ms(q, k, v, causal: bool, dtype: str | None = None) -> float | None:
+    """torch's ``scaled_dot_product_attention`` on the same (H, n, d) device arrays: ms per call, median of
+    three rounds (feedback beside the student's kernel); ``dtype`` ("float16", ...) converts the inputs first.
+    None where torch is missing."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except Exception:
+        return None
+    tq, tk, tv = (torch.as_tensor(a, device="cuda")[None] for a in (q, k, v))
+    if dtype is not None:
+        tq, tk, tv = (t.to(getattr(torch, dtype)) for t in (tq, tk, tv))
+    run = lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)  # noqa: E731
+    for _ in range(2):
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(3):
+            run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 3)
+    return float(np.median(times))
+
+
 def copy_bandwidth(nbytes: int = 2**30) -> float:
     """Device-to-device copy, bytes read + written per second (the practical memory ceiling)."""
     src = _cp.empty(nbytes // 4, dtype=_cp.float32)

@@ -164,33 +164,6 @@ def naive_attention(q, k, v, causal=False):
     return (p / p.sum(axis=-1, keepdims=True)) @ v
 
 
-def _flops(H: int, n: int, d: int, causal: bool) -> float:
-    return 4.0 * H * n * n * d / (2 if causal else 1)
-
-
-def _sdpa_ms(q, k, v, causal: bool) -> float | None:
-    try:
-        import torch
-        import torch.nn.functional as F
-    except Exception:
-        return None
-    tq, tk, tv = (torch.as_tensor(a, device="cuda")[None] for a in (q, k, v))
-    run = lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)  # noqa: E731
-    for _ in range(2):
-        run()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(3):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(3):
-            run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 3)
-    return float(np.median(times))
-
-
 def performance_report(fn, H: int = 16, n: int = 4096, d: int = 64) -> str:
     """Feedback, not graded: causal vs non-causal time, TFLOP/s next to naive CuPy and SDPA."""
     q, k, v = (gpu.device(a) for a in _inputs(H, n, d, 11))
@@ -199,9 +172,9 @@ def performance_report(fn, H: int = 16, n: int = 4096, d: int = 64) -> str:
     for causal in (False, True):
         ms = gpu.time_student(fn, q, k, v, causal, case=case, what=WHAT, repeat=3, rounds=3)
         naive = gpu.time_ms(naive_attention, q, k, v, causal, repeat=3, rounds=3)
-        sdpa = _sdpa_ms(q, k, v, causal)
+        sdpa = gpu.sdpa_ms(q, k, v, causal)
         times[causal] = ms
-        flops = _flops(H, n, d, causal)
+        flops = gpu.attention_flops(H, n, d, causal)
         line = (f"{'causal' if causal else 'без маски'}: ваше ядро {ms:.2f} мс = {flops / ms / 1e9:.1f} TFLOP/s; "
                 f"наивная CuPy {flops / naive / 1e9:.1f}")
         if sdpa:
@@ -256,7 +229,7 @@ def step2_feedback(fast, step1, H: int = 16, n: int = 4096, d: int = 64) -> str:
     for causal in (False, True):
         ms_fast = gpu.time_ms(fast, q, k, v, causal, repeat=3, rounds=3)
         ms_step1 = gpu.time_ms(step1, q, k, v, causal, repeat=1, rounds=3, warmup=1)
-        flops = _flops(H, n, d, causal)
+        flops = gpu.attention_flops(H, n, d, causal)
         lines.append(f"{'causal' if causal else 'без маски'} (H={H}, n={n}, d={d}): шаг 2 {ms_fast:.2f} мс = "
                      f"{flops / ms_fast / 1e9:.1f} TFLOP/s, шаг 1 {ms_step1:.2f} мс = {flops / ms_step1 / 1e9:.1f} "
                      f"TFLOP/s, ускорение {ms_step1 / ms_fast:.1f}×")

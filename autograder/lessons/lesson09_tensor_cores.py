@@ -308,33 +308,6 @@ def memory(flash_attention_tc_gpu, cases=({"H": 2, "n": 2048, "d": 64, "seed": 9
                 f"(матрица S заняла бы {H * n * n * 4 / MiB:.0f} МиБ)")
 
 
-def _flops(H: int, n: int, d: int, causal: bool) -> float:
-    return 4.0 * H * n * n * d / (2 if causal else 1)
-
-
-def _sdpa_ms(q, k, v, causal: bool, dtype: str) -> float | None:
-    try:
-        import torch
-        import torch.nn.functional as F
-    except Exception:
-        return None
-    tq, tk, tv = (torch.as_tensor(a, device="cuda")[None].to(getattr(torch, dtype)) for a in (q, k, v))
-    run = lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)  # noqa: E731
-    for _ in range(2):
-        run()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(3):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(3):
-            run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 3)
-    return float(np.median(times))
-
-
 def performance_report(fn, H: int = 16, n: int = 4096, d: int = 64) -> str:
     """Feedback, not graded: TFLOP/s next to SDPA in float16 and in float32 (lesson 08's level)."""
     q, k, v = (gpu.device(a) for a in _inputs(H, n, d, 11))
@@ -343,10 +316,10 @@ def performance_report(fn, H: int = 16, n: int = 4096, d: int = 64) -> str:
     for is_causal in (False, True):
         ms = gpu.time_student(fn, q, k, v, is_causal, case=case, what=WHAT, repeat=3, rounds=3)
         times[is_causal] = ms
-        flops = _flops(H, n, d, is_causal)
+        flops = gpu.attention_flops(H, n, d, is_causal)
         line = f"{'causal' if is_causal else 'без маски'}: ваше ядро {ms:.2f} мс = {flops / ms / 1e9:.1f} TFLOP/s"
         for dtype, label in (("float16", "SDPA f16"), ("float32", "SDPA fp32 (уровень ядра урока 08)")):
-            sdpa = _sdpa_ms(q, k, v, is_causal, dtype)
+            sdpa = gpu.sdpa_ms(q, k, v, is_causal, dtype)
             if sdpa:
                 line += f"; {label} {flops / sdpa / 1e9:.1f}"
         lines.append(line + " TFLOP/s")
