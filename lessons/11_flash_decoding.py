@@ -563,7 +563,7 @@ else:
 #
 # | NumPy `paged_decode` | ядро |
 # | --- | --- |
-# | цикл по b, голове K/V, группе s | блок CUDA `(s, kv, b)`: `blockIdx.x = s`, `blockIdx.y = kv`, `blockIdx.z = b`; 128 потоков = 4 варпа |
+# | цикл по b, голове K/V, группе s | блок CUDA `(split, kvh, b)`: `blockIdx.x = split`, `blockIdx.y = kvh`, `blockIdx.z = b`; 128 потоков = 4 варпа |
 # | G голов запроса одной головы K/V | все G векторов q — в регистрах каждого варпа: строку K/V читают **один** раз на все G голов |
 # | страница за страницей | варп берёт позиции группы порциями по RUN подряд (4 варпа — по очереди), `page = block_table[b, t / page_size]`, позиции `t ≥ lengths[b]` не читаются |
 # | — | двойная буферизация: две порции в регистрах; пока считается softmax одной, строки K/V следующей уже идут из памяти |
@@ -590,7 +590,9 @@ else:
 #
 # В обёртке `paged_decode_gpu` остаётся (6) — два запуска, и тело `choose_splits` — правило выбора `num_splits`
 # из раздела 4: столько групп, чтобы блоков хватило на одну волну (около 4 блоков на SM: 128 потоков по 128
-# регистров), но не меньше 8 страниц на группу.
+# регистров), но не меньше 8 страниц на группу. Число SM даёт
+# `cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]` (запрос медленный: сохраните
+# ответ, например, в списке `_sm_count`).
 
 # %% nbgrader={"grade": false, "grade_id": "decode_source", "locked": false, "schema_version": 3, "solution": true, "task": false}
 DECODE_SRC = r"""
@@ -662,7 +664,8 @@ __device__ __forceinline__ void softmax_run(const float (&qr)[GT][VEC], const fl
         }
         // (3) online softmax over this run (lesson 04): the new max, l and acc rescaled by exp(m - m_new),
         //     then p = exp(s[u] - m_new) added to l and p * v to acc for every token of the run (u with
-        //     base + u < t1)
+        //     base + u < t1); skip the others with an if: their vr[u] were never loaded (garbage, maybe NaN),
+        //     and 0 * NaN = NaN
         // ### BEGIN SOLUTION
         const float m_new = fmaxf(m[g], m_blk);     // finite: the first token of the run is valid
         const float corr = __expf(m[g] - m_new);
