@@ -4,7 +4,7 @@
     python benchmarks/tc_variants.py [--only a,b] [--out f.json]   # check vs SDPA f16 and time, 8 shapes, H=16
     python benchmarks/tc_variants.py --show benchmarks/results/tc_variants_h200.json   # the stored runs' tables
 
-Variants are instances of benchmarks/tc_variants.cu (helpers taken from the lesson's FLASH_TC_SRC):
+Variants are instances of benchmarks/tc_variants.cu (self-contained; "lesson" is the lesson's FLASH_TC_SRC as it is now):
 MT m16 tiles per warp (rows per warp 16*MT), NW warps, BC keys per K/V tile, Q fragments in registers or not,
 minimum blocks per SM for __launch_bounds__.
 """
@@ -39,11 +39,39 @@ VARIANTS = {
     "p2_mt1_bc64_32": (1, 4, 64, 32, False, False, 1, 1, 2),
     "p2_nw8_qreg_bc64_32": (2, 8, 64, 32, True, False, 1, 1, 2),
 }
+# session 21, flash_s (swizzled shared memory, no padding; FMA-folded scale; unmasked softmax off the edge tiles):
+# name: (MT, NW, BC d64, BC d128, STAGES d64, STAGES d128, min blocks d64, min blocks d128); STAGES 1 = the lesson's pipeline
+SWIZZLED = {  # + FLAGS (see tc_variants.cu): 1 swizzle, 2 split softmax, 4 conditional rescale, 8 PV mt-outer, 16 S mt-outer
+    "s1_bc64": (2, 4, 64, 64, 1, 1, 2, 2, 3),
+    "s2_bc64": (2, 4, 64, 64, 2, 2, 2, 2, 3),
+    "s2_bc64_d128s1": (2, 4, 64, 64, 2, 1, 2, 2, 3),
+    "s1_bc64_mb1": (2, 4, 64, 64, 1, 1, 1, 1, 3),
+    "s2_bc32_128": (2, 4, 64, 32, 2, 2, 2, 2, 3),
+    "s3_bc64_d64": (2, 4, 64, 64, 3, 2, 2, 2, 3),
+    # run 4
+    "s2_pad_split": (2, 4, 64, 64, 2, 2, 2, 2, 2),
+    "s2_swz_pred": (2, 4, 64, 64, 2, 2, 2, 2, 1),
+    "s2_pad_pred": (2, 4, 64, 64, 2, 2, 2, 2, 0),
+    "s2_swz_split_crs": (2, 4, 64, 64, 2, 2, 2, 2, 7),
+    "s2_pad_pred_crs": (2, 4, 64, 64, 2, 2, 2, 2, 4),
+    "s2_pad_pred_pvmt": (2, 4, 64, 64, 2, 2, 2, 2, 8),
+    "s2_pad_pred_smt": (2, 4, 64, 64, 2, 2, 2, 2, 16),
+    "s2_pad_pred_mb3": (2, 4, 64, 64, 2, 2, 3, 2, 0),
+    # run 5: + 32 tree reductions, 64 one edge branch for both m16 tiles, 128 division-free tile loads
+    "s2_pad_split_tree": (2, 4, 64, 64, 2, 2, 2, 2, 2 | 32),
+    "s2_pad_tree_outer": (2, 4, 64, 64, 2, 2, 2, 2, 2 | 32 | 64),
+    "s2_pad_tree_outer_fast": (2, 4, 64, 64, 2, 2, 2, 2, 2 | 32 | 64 | 128),
+    "s2_pad_split_fast": (2, 4, 64, 64, 2, 2, 2, 2, 2 | 128),
+    "s2_pad_outer": (2, 4, 64, 64, 2, 2, 2, 2, 2 | 64),
+    "s1_pad_tree_outer_fast": (2, 4, 64, 64, 1, 1, 2, 2, 2 | 32 | 64 | 128),
+    "s2_swz_tree_outer_fast": (2, 4, 64, 64, 2, 2, 2, 2, 1 | 2 | 32 | 64 | 128),
+    "s1_swz_tree_outer_fast": (2, 4, 64, 64, 1, 1, 2, 2, 1 | 2 | 32 | 64 | 128),
+}
 T4_SHARED = 64 * 1024  # the most dynamic shared memory a block may have on sm_75
 
 
-def shared_bytes(br: int, bc: int, d: int, stages: int) -> int:
-    return (br + 2 * max(stages, 1) * bc) * (d + 8) * 2
+def shared_bytes(br: int, bc: int, d: int, stages: int, pad: int = 8) -> int:
+    return (br + 2 * max(stages, 1) * bc) * (d + pad) * 2
 
 
 def lesson_source() -> str:
@@ -51,13 +79,9 @@ def lesson_source() -> str:
     return re.search(r'FLASH_TC_SRC = r"""(.*?)"""', text, re.S).group(1)
 
 
-def helpers(src: str) -> str:
-    return src[:src.index("template <int D, int NW>")]
-
-
 def variant_source() -> tuple[str, dict]:
     """One source with every variant's kernels; returns it and {(variant, d): (kernel name, BR, BC)}."""
-    body = helpers(lesson_source()) + (ROOT / "benchmarks" / "tc_variants.cu").read_text(encoding="utf-8")
+    body = (ROOT / "benchmarks" / "tc_variants.cu").read_text(encoding="utf-8")
     names = {}
     for v, (mt, nw, bc64, bc128, q64, q128, mb64, mb128, stages) in VARIANTS.items():
         for d, bc, q, mb in ((64, bc64, q64, mb64), (128, bc128, q128, mb128)):
@@ -66,7 +90,14 @@ def variant_source() -> tuple[str, dict]:
                      f"const f16* V, f16* O, int n, float scale, int causal, int* tile_counter)\n"
                      f"{{ flash_{'p' if stages else 'v'}<{d}, {nw}, {mt}, {bc}, {'true' if q else 'false'}"
                      f"{f', {stages}' if stages else ''}>(Q, K, V, O, n, scale, causal, tile_counter); }}\n")
-            names[(v, d)] = (name, 16 * mt * nw, bc, 32 * nw, stages)
+            names[(v, d)] = (name, 16 * mt * nw, bc, 32 * nw, stages, 8)
+    for v, (mt, nw, bc64, bc128, st64, st128, mb64, mb128, flags) in SWIZZLED.items():
+        for d, bc, st, mb in ((64, bc64, st64, mb64), (128, bc128, st128, mb128)):
+            name = f"v_{v}_d{d}"
+            body += (f'\nextern "C" __global__ void __launch_bounds__({32 * nw}, {mb})\n{name}(const f16* Q, const f16* K, '
+                     f"const f16* V, f16* O, int n, float scale, int causal, int* tile_counter)\n"
+                     f"{{ flash_s<{d}, {nw}, {mt}, {bc}, {st}, {flags}>(Q, K, V, O, n, scale, causal, tile_counter); }}\n")
+            names[(v, d)] = (name, 16 * mt * nw, bc, 32 * nw, st, 0 if flags & 1 else 8)
     return body, names
 
 
@@ -74,8 +105,8 @@ def compile_report() -> int:
     sys.path.insert(0, str(ROOT))
     from autograder.nvrtc import compile_source
     body, names = variant_source()
-    kernels = {name: (br, bc, d, st) for (v, d), (name, br, bc, nt, st) in names.items()}
-    kernels.update({f"flash_attention_tc_d{d}": (64, 64, d, 0) for d in (64, 128)})
+    kernels = {name: (br, bc, d, st, pad) for (v, d), (name, br, bc, nt, st, pad) in names.items()}
+    kernels.update({f"flash_attention_tc_d{d}": (128, 64, d, 2) for d in (64, 128)})
     for arch in ("sm_75", "sm_80", "sm_90"):
         for label, src in (("lesson", lesson_source()), ("variants", body)):
             r = compile_source(src, arch=arch)
@@ -112,11 +143,11 @@ def main(argv=None) -> int:
     lesson = load_answers("09_tensor_cores", {"cp": cp, "np": np, "math": math})["flash_attention_tc_gpu"]
     body, names = variant_source()
     module = cp.RawModule(code=body, options=("-std=c++17",))
-    chosen = [v for v in VARIANTS if args.only is None or v in args.only.split(",")]
+    chosen = [v for v in [*VARIANTS, *SWIZZLED] if args.only is None or v in args.only.split(",")]
 
     def launcher(v, d):
-        name, br, bc, nt, stages = names[(v, d)]
-        shared = shared_bytes(br, bc, d, stages)
+        name, br, bc, nt, stages, pad = names[(v, d)]
+        shared = shared_bytes(br, bc, d, stages, pad)
         kernel = module.get_function(name)
         kernel.max_dynamic_shared_size_bytes = shared
 
@@ -156,7 +187,7 @@ def main(argv=None) -> int:
     result = {"command": "python benchmarks/tc_variants.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "torch": torch.__version__,
-              "cupy": cp.__version__, "variants": {v: VARIANTS[v] for v in chosen}, "rows": rows}
+              "cupy": cp.__version__, "variants": {v: {**VARIANTS, **SWIZZLED}[v] for v in chosen}, "rows": rows}
     print(table(result))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -99,7 +99,7 @@ my_speedup_prediction = None   # например, 10.0
 # %% id="p5"
 # H200, H = 16, n = 16384, d = 128, без маски: ядро урока 08 (fp32) и эталонное ядро этого урока (f16) — из одного
 # прогона `python benchmarks/gpu_kernels.py --tensor-cores` (раздел 7, benchmarks/results/gpu_kernels_tc_h200.json)
-H200_MEASURED_TFLOPS = {"урок 08, fp32": 36.8, "урок 09, f16": 238.5}
+H200_MEASURED_TFLOPS = {"урок 08, fp32": 36.8, "урок 09, f16": 317.3}
 tensor, cuda = peaks["H200 SXM (sm_90)"]
 print(f"паспортное отношение пиков H200: {tensor / cuda:.1f}×")
 if None not in H200_MEASURED_TFLOPS.values():
@@ -412,33 +412,45 @@ else:
 #
 # | урок 08, шаг 2 (fp32, CUDA-ядра) | урок 09 (f16, тензорные ядра) |
 # | --- | --- |
-# | блок CUDA — тайл из 64 строк Q одной головы | так же: блок из 4 варпов = $B_r$ = 64 строки; варп w ведёт строки 16w … 16w+15 |
+# | блок CUDA — тайл из 64 строк Q одной головы | блок из 4 варпов = $B_r$ = 128 строк; варп w ведёт строки 32w … 32w+31 — **два тайла m16** (`MT = 2`) |
 # | тайл Q в разделяемой памяти | так же (f16); фрагменты A берёт `ldmatrix` на каждом шаге k (в регистрах им тесно) |
-# | тайлы K/V по 32 строки, float | тайлы K/V по $B_c$ = 64 строки, f16, шаг строки D + 8 (без конфликтов банков `ldmatrix`) |
-# | S тайла — кусочки 4×4 у каждой нити | S — 8 фрагментов C (16×8) на варп: `s[nn][e]`, nn — 8 ключей, e = 0…3 |
+# | тайлы K/V по 32 строки, float | тайлы K/V по $B_c$ = 64 строки (`BC`; на GPU с меньшей разделяемой памятью — 32 или 16), f16, шаг строки D + 8 (без конфликтов банков `ldmatrix`), **по два буфера** |
+# | S тайла — кусочки 4×4 у каждой нити | S — `BC/8` фрагментов C (16×8) на тайл m16: `s[mt][nn][e]`, nn — 8 ключей, e = 0…3 |
 # | m, l строки сводятся `__shfl_xor_sync` восьми нитей | строку держат 4 нити группы g: `__shfl_xor_sync` с масками 1 и 2 |
 # | P через разделяемую память | P остаётся в регистрах: фрагмент C → фрагмент A (раздел 2), округление в f16 |
 # | O += P V на CUDA-ядрах | `mma` P·V: ldmatrix **.trans** по V |
 #
-# Каждая нить (`lane = 4g + t`) держит две строки Q: `r0 = q0 + 16·warp + g` и `r1 = r0 + 8`. Элемент `s[nn][e]`
-# — это ключ `k0 + 8·nn + 2t + (e & 1)` строки r0 (e = 0, 1) или r1 (e = 2, 3). Отсюда шаг online softmax на
-# фрагментах (урок 04, в логарифмах по основанию 2: $e^x = 2^{x \log_2 e}$, `fast_exp2` — инструкция `ex2.approx`):
-# 1. масштаб: `s *= scale·log2(e)`; на краевых тайлах (хвост n или диагональ в causal) — маска: ключ ≥ n или
-#    (causal и ключ > строки) даёт −inf;
-# 2. максимум строки по тайлу: своё по 16 значениям строки, затем `__shfl_xor_sync(…, 1)` и `(…, 2)` — четыре нити группы;
-# 3. `m_new = max(m, max_тайла)`; множитель `alpha = 2^(m − m_new)` (если `m_new` ещё −inf — строка без ключей, берите
-#    0 вместо него, чтобы не получить −inf − (−inf) = NaN; в `m` всё равно записывается `m_new`). В этом ядре такого
-#    не случается — ключ 0 виден каждой строке уже в первом тайле, — но защита дёшева и нужна в общем случае; `p = 2^(s − m_new)`;
-# 4. `l = l·alpha + сумма p` (частичная сумма нити — сводится один раз в конце), **O *= alpha** — все ON фрагментов.
+# **Почему два тайла m16 на варп.** Фрагмент K (или V), который `ldmatrix` принёс из разделяемой памяти, годится
+# для любого тайла строк Q. Варп с 16 строками тратит одну `ldmatrix.x4` на два MMA, варп с 32 строками — на
+# четыре: вдвое меньше чтений разделяемой памяти и инструкций на тот же объём `mma`. Цена — вдвое больше
+# аккумуляторов O в регистрах (раздел «Регистры» ниже).
 #
-# **Конвейер загрузок.** На sm_80+ тайлы грузит `cp.async` (копия global → shared без регистров): K следующего тайла
-# летит, пока считается P·V, а V следующего — пока считается S. `cp.async.wait_group 1` ждёт всё, кроме последней
-# группы. На sm_75 ветка `#else` копирует обычными загрузками; барьеры те же. Четыре `__syncthreads()` на тайл:
-# «K готов», «K прочитан — можно грузить следующий», «V готов», «V прочитан».
+# В каждом тайле m16 нить (`lane = 4g + t`) держит две строки Q: `r0 = q0 + 32·warp + 16·mt + g` и `r0 + 8`. Элемент
+# `s[mt][nn][e]` — это ключ `k0 + 8·nn + 2t + (e & 1)` строки r0 (e = 0, 1) или r0 + 8 (e = 2, 3). Шаг online softmax
+# на фрагментах одного тайла m16 — функция `softmax_step` (урок 04, в логарифмах по основанию 2:
+# $e^x = 2^{x \log_2 e}$, `fast_exp2` — инструкция `ex2.approx`):
+# 1. маска (только в варианте `MASK`): ключ ≥ n или (causal и ключ > строки) даёт −inf;
+# 2. максимум строки по тайлу: своё по `BC/4` значениям строки, затем `__shfl_xor_sync(…, 1)` и `(…, 2)` — четыре нити группы;
+# 3. `m_new = max(m, max_тайла)` — m хранится в единицах «сырых» S = QKᵀ; `u = m_new·c`, где `c = scale·log2(e)`;
+#    множитель `alpha = 2^(m·c − u)` и `p = 2^(s·c − u)` — по одной `fmaf` перед `fast_exp2` (так делает и
+#    FlashAttention-2: масштаб не нужно умножать отдельно). Если `m_new` ещё −inf — строка без ключей, — берите
+#    `u = 0`, чтобы не получить −inf − (−inf) = NaN; в `m` всё равно записывается `m_new`. В этом ядре такого
+#    не случается — ключ 0 виден каждой строке уже в первом тайле, — но защита дёшева и нужна в общем случае;
+# 4. `l = l·alpha + сумма p` (частичная сумма нити — сводится один раз в конце), **O *= alpha** — все `D/8` фрагментов.
 #
-# **Causal** — как в уроке 08: цикл по K/V кончается на `min(q0 + BR, n)`, маска только на краевых тайлах, а
-# `tile_counter` получает число посчитанных пар тайлов. Блоки запускаются от длинных строк к коротким
-# (`q0` считается от конца), `blockIdx.x` — голова, чтобы длинные блоки всех голов шли первыми.
+# Маска нужна только на краевых тайлах (хвост n или диагональ в causal), поэтому `softmax_step` — шаблон с
+# параметром `MASK`: компилятор строит его дважды, и обычный тайл не проверяет ключи вовсе. Край считается для
+# каждого варпа: тайл у диагонали краевой только для тех варпов, чьи строки он пересекает.
+#
+# **Конвейер загрузок.** У K и V по два буфера. На sm_80+ тайлы грузит `cp.async` (копия global → shared без
+# регистров и без ожидания): в начале тайла j варпы ждут, пока долетит тайл j (`wait_copies` — `cp.async.wait_group 0`),
+# встречаются на **одном** `__syncthreads()` на тайл («тайл j готов у всех, тайл j − 1 больше никто не читает») и
+# сразу просят тайл j + 1 в освободившийся буфер — он летит, пока считаются S, softmax и P·V тайла j. На sm_75
+# ветка `#else` копирует обычными загрузками (синхронно), а барьер тот же.
+#
+# **Causal** — как в уроке 08: цикл по K/V кончается на `min(q0 + BR, n)`, а `tile_counter` получает число
+# посчитанных пар тайлов. Блоки запускаются от длинных строк к коротким (`q0` считается от конца), `blockIdx.x` —
+# голова, чтобы длинные блоки всех голов шли первыми.
 #
 # **Контракт.** `FLASH_TC_SRC` содержит ядра `flash_attention_tc_d64` и `flash_attention_tc_d128` с сигнатурой
 # `(const f16* Q, const f16* K, const f16* V, f16* O, int n, float scale, int causal, int* tile_counter)`;
@@ -446,25 +458,37 @@ else:
 # d ∈ {64, 128}, результат — новый массив (H, n, d) float16; остальное — как в уроке 08 (любое n ≥ 1, без (n, n)
 # в глобальной памяти, одно деление на l в конце, `tile_counter`).
 #
-# Каркас готов целиком, кроме четырёх мест: (1) два `mma_m16n8k16` для S = Q Kᵀ, (2) шаг online softmax на
-# фрагментах, (3) перевод P в f16-фрагменты A, (4) два `mma_m16n8k16` для O += P V; и (5) — строка запуска в
-# обёртке. Помощники (`ldmatrix_x4`, `ldmatrix_x4_trans`, `mma_m16n8k16`, `pack_f16x2`, `fast_exp2`) трогать не нужно.
+# Каркас готов целиком, кроме пяти мест: (1) `mma_m16n8k16` для S = Q Kᵀ в обоих тайлах m16, (2) шаг online
+# softmax в `softmax_step`, (3) там же — перевод P в f16-фрагменты A, (4) `mma_m16n8k16` для O += P V в обоих тайлах
+# m16; и (5) — строка запуска в обёртке. Помощники (`ldmatrix_x4`, `ldmatrix_x4_trans`, `mma_m16n8k16`, `pack_f16x2`,
+# `fast_exp2`, `load_tile`) трогать не нужно.
 #
-# **Регистры.** Ядро держит в регистрах O (D/8 фрагментов по 4 float), S тайла (8 фрагментов), m, l и адреса.
-# Проверка компиляции печатает, сколько регистров на нить вышло: у эталона при d = 128 — 162 (sm_90); у вашего ядра
-# число может быть другим (оно зависит от кода и версии NVRTC), меньше — не значит неверно. В SM 65 536
-# регистров, блок — 128 нитей, значит помещаются 3 блока (12 варпов); вариант того же ядра, который держал
-# фрагменты Q в регистрах всё время (ещё 32 регистра при d = 128), получал 172 регистра — и только 2 блока на SM.
-# Поэтому Q лежит в разделяемой памяти, а фрагменты A читаются `ldmatrix` перед каждым шагом k. Спиллов (вытеснения
-# регистров в локальную память) быть не должно — проверка компиляции о них предупредит.
+# **Регистры.** Ядро держит в регистрах O двух тайлов m16 (2 × D/8 фрагментов по 4 float — 128 регистров при
+# d = 128), S тайла (2 × BC/8 фрагментов — 64 регистра при BC = 64), m, l и адреса. Проверка компиляции печатает,
+# сколько регистров на нить вышло: у эталона при d = 128 — 255 (sm_90), у вашего ядра число может быть другим (оно
+# зависит от кода и версии NVRTC). `__launch_bounds__(128, 2)` просит компилятор уложиться так, чтобы на SM
+# поместились 2 блока: 65 536 регистров / 256 нитей = не больше 255 на нить. Спиллов (вытеснения регистров в
+# локальную память) быть не должно — проверка компиляции о них предупредит. Прежняя версия эталона вела 16 строк
+# на варп (162 регистра, 3 блока на SM) и была медленнее в 1.2–1.3 раза; что дал каждый шаг — в
+# `benchmarks/results/tc_variants_h200.json` (например, цикл `load_tile` без деления и с известным числом шагов
+# поднял ядро при n = 4096, d = 128 с 305 до 344 TFLOP/s).
 
 # %% nbgrader={"grade": false, "grade_id": "flash_tc_source", "locked": false, "schema_version": 3, "solution": true, "task": false}
 FLASH_TC_SRC = r"""
 // FlashAttention forward on tensor cores (mma.sync), float16 inputs, float32 accumulators.
-// A block of NW warps owns BR = 16 * NW query rows of one head; warp w owns rows 16w .. 16w + 15.
-// K/V tiles of BC = 64 rows stream through shared memory; S, P, m, l and O live in registers
-// as mma fragments: lane = 4 * g + t holds rows g and g + 8 of its warp's 16 rows.
+// A block of NW = 4 warps owns BR = 128 query rows of one head; warp w owns rows 32w .. 32w + 31 as MT = 2
+// m16 tiles, so every K or V fragment that ldmatrix brings feeds two MMAs. K/V tiles of BC rows stream
+// through shared memory in two buffers: cp.async fills tile j + 1 while tile j is computed. S, P, m, l and O
+// live in registers as mma fragments: lane = 4 * g + t holds rows g and g + 8 of each of its m16 tiles.
+#ifndef BC                                       // keys per K/V tile; the wrapper passes -DBC=... (what fits)
+#if __CUDA_ARCH__ >= 800
 #define BC 64
+#else
+#define BC 16                                    // a T4 has 64 KiB of shared memory per block
+#endif
+#endif
+#define NW 4
+#define MT 2
 #define NEG_INF (-__int_as_float(0x7f800000))   // -infinity (NVRTC has no math.h)
 typedef unsigned short f16;                      // the 16 bits of an IEEE half (no cuda_fp16.h needed)
 
@@ -472,10 +496,16 @@ typedef unsigned short f16;                      // the 16 bits of an IEEE half 
 __device__ __forceinline__ unsigned pack_f16x2(float lo, float hi)
 {
     // two floats -> one 32-bit register of two halves, lo in the low 16 bits (round to nearest)
+#if __CUDA_ARCH__ >= 800
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));   // one instruction for both
+    return r;
+#else
     unsigned short a, b;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(a) : "f"(lo));
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(hi));
     return (unsigned)a | ((unsigned)b << 16);
+#endif
 }
 
 __device__ __forceinline__ float fast_exp2(float x)
@@ -522,7 +552,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const f16* row)
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
 }
 
-// copies global -> shared 16 bytes at a time; cp.async (sm_80+) does it without registers
+// copies global -> shared 16 bytes at a time; cp.async (sm_80+) does it without registers and without waiting
 #if __CUDA_ARCH__ >= 800
 __device__ __forceinline__ void copy16(f16* dst, const f16* src, bool valid)
 {
@@ -530,33 +560,109 @@ __device__ __forceinline__ void copy16(f16* dst, const f16* src, bool valid)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(address), "l"(src), "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void wait_all_but_last_copy() { asm volatile("cp.async.wait_group 1;\n" ::); }
+__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group 0;\n" ::); }
 #else
 __device__ __forceinline__ void copy16(f16* dst, const f16* src, bool valid)
 {
     *reinterpret_cast<uint4*>(dst) = valid ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
 }
 __device__ __forceinline__ void commit_copies() {}
-__device__ __forceinline__ void wait_all_but_last_copy() {}
+__device__ __forceinline__ void wait_copies() {}
 #endif
 
-// rows row0 .. row0 + ROWS - 1 of a (n, D) matrix into a tile with a padded row stride (zeros past n)
-template <int D, int NT, int ROWS = BC>
+// rows row0 .. row0 + ROWS - 1 of a (n, D) matrix into a tile with a padded row stride (zeros past n).
+// Each thread copies one 16-byte column piece of every STEP-th row: no division inside the loop, and a
+// trip count known at compile time (the loop unrolls) -- this loop alone was worth 10 % of the kernel's time.
+template <int D, int ROWS>
 __device__ __forceinline__ void load_tile(f16* tile, const f16* src, int row0, int n)
 {
-    constexpr int CHUNKS = D / 8, STRIDE = D + 8;          // 16-byte pieces per row; padded stride
-    for (int c = threadIdx.x; c < ROWS * CHUNKS; c += NT) {
-        const int r = c / CHUNKS, col = (c % CHUNKS) * 8, g = row0 + r;
-        copy16(tile + r * STRIDE + col, src + (size_t)(g < n ? g : 0) * D + col, g < n);
+    constexpr int CHUNKS = D / 8, STEP = 32 * NW / CHUNKS, STRIDE = D + 8;
+    const int col = (threadIdx.x % CHUNKS) * 8, r = threadIdx.x / CHUNKS;
+    #pragma unroll
+    for (int i = 0; i < ROWS / STEP; ++i) {
+        const int row = r + i * STEP, g = row0 + row;
+        copy16(tile + row * STRIDE + col, src + (size_t)(g < n ? g : 0) * D + col, g < n);
     }
 }
 
-template <int D, int NW>
+// ---- one online-softmax step for one m16 tile (the holes (2) and (3)) ---------------------------
+// s[nn][e]: the raw score Q K^T of key k0 + 8 nn + 2 t + (e & 1) and row r0 (e = 0, 1) or r0 + 8 (e = 2, 3).
+// m: the two rows' running maxima of raw scores; l: this lane's part of the rows' sums; o: the rows' O fragments.
+// MASK: this tile crosses n or the causal diagonal, so some keys must be masked (compiled twice: with and without).
+template <int D, bool MASK>
+__device__ __forceinline__ void softmax_step(float (&s)[BC / 8][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
+                                             unsigned (&pa)[BC / 16][4], int k0, int r0, int n, int causal,
+                                             float scale_log2)
+{
+    constexpr int SN = BC / 8, PK = BC / 16, ON = D / 8;
+    const int t = threadIdx.x & 3;
+    // (2) 1. if MASK: key >= n or (causal and key > row) -> s = NEG_INF; row max of the tile over this lane's
+    //        values, then __shfl_xor_sync with 1 and 2 (the 4 lanes of the group)
+    //     2. m_new = max(m, tile max); with u = m_new * scale_log2 (0 while m_new is still NEG_INF):
+    //        alpha = fast_exp2(m * scale_log2 - u) and p = fast_exp2(s * scale_log2 - u), one fmaf each;
+    //        overwrite s with p
+    //     3. l = l * alpha + (sum of this lane's p); every o[nn][e] *= alpha of its row; m = m_new
+    // ### BEGIN SOLUTION
+    if (MASK) {
+        #pragma unroll
+        for (int nn = 0; nn < SN; ++nn)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = k0 + 8 * nn + 2 * t + (e & 1), row = e < 2 ? r0 : r0 + 8;
+                if (key >= n || (causal && key > row)) s[nn][e] = NEG_INF;
+            }
+    }
+    float mx[4] = {s[0][0], s[0][1], s[0][2], s[0][3]};   // four independent chains, not one long one
+    #pragma unroll
+    for (int nn = 1; nn < SN; ++nn)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) mx[e] = fmaxf(mx[e], s[nn][e]);
+    float mx0 = fmaxf(mx[0], mx[1]), mx1 = fmaxf(mx[2], mx[3]);
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
+    const float u0 = mn0 == NEG_INF ? 0.0f : mn0 * scale_log2;   // no key yet: 0, not -inf - (-inf) = NaN
+    const float u1 = mn1 == NEG_INF ? 0.0f : mn1 * scale_log2;
+    const float alpha0 = fast_exp2(fmaf(m[0], scale_log2, -u0)), alpha1 = fast_exp2(fmaf(m[1], scale_log2, -u1));
+    m[0] = mn0;
+    m[1] = mn1;
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    #pragma unroll
+    for (int nn = 0; nn < SN; ++nn)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s[nn][e] = fast_exp2(fmaf(s[nn][e], scale_log2, e < 2 ? -u0 : -u1));
+            sum[e] += s[nn][e];
+        }
+    l[0] = l[0] * alpha0 + (sum[0] + sum[1]);   // this lane's keys only: the group sums at the end
+    l[1] = l[1] * alpha1 + (sum[2] + sum[3]);
+    #pragma unroll
+    for (int nn = 0; nn < ON; ++nn) {
+        o[nn][0] *= alpha0; o[nn][1] *= alpha0;
+        o[nn][2] *= alpha1; o[nn][3] *= alpha1;
+    }
+    // ### END SOLUTION
+    // (3) P as A fragments of O += P V: pa[kk] holds keys 16 kk .. 16 kk + 15 -- registers 0, 1 from the
+    //     fragment s[2 kk] (rows r0 and r0 + 8), registers 2, 3 from s[2 kk + 1]; pack_f16x2(lo, hi)
+    // ### BEGIN SOLUTION
+    #pragma unroll
+    for (int kk = 0; kk < PK; ++kk) {
+        pa[kk][0] = pack_f16x2(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = pack_f16x2(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = pack_f16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = pack_f16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    // ### END SOLUTION
+}
+
+template <int D>
 __device__ __forceinline__ void flash_tc(const f16* __restrict__ Q, const f16* __restrict__ K,
                                          const f16* __restrict__ V, f16* __restrict__ O,
                                          int n, float scale, int causal, int* tile_counter)
 {
-    constexpr int BR = 16 * NW, NT = 32 * NW;   // query rows and threads per block
+    constexpr int BR = 16 * MT * NW;            // query rows per block
     constexpr int STRIDE = D + 8;               // padded shared-memory row: ldmatrix without bank conflicts
     constexpr int DK = D / 16;                  // k-steps of S = Q K^T
     constexpr int SN = BC / 8;                  // n-tiles (8 keys) of S
@@ -564,122 +670,87 @@ __device__ __forceinline__ void flash_tc(const f16* __restrict__ Q, const f16* _
     constexpr int ON = D / 8;                   // n-tiles (8 columns) of O
     extern __shared__ uint4 shared16[];
     f16* Qs = reinterpret_cast<f16*>(shared16); // BR x D (stride STRIDE): the Q tile, for the whole loop
-    f16* Ks = Qs + BR * STRIDE;                 // BC x D
-    f16* Vs = Ks + BC * STRIDE;                 // BC x D
+    f16* Ks = Qs + BR * STRIDE;                 // 2 buffers of BC x D
+    f16* Vs = Ks + 2 * BC * STRIDE;             // 2 buffers of BC x D
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;      // fragment row group and thread in group
+    const int g = lane >> 2;                    // fragment row group
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;   // longest causal rows first
     const size_t head = (size_t)blockIdx.x * n * D;
     Q += head; K += head; V += head; O += head;
-    const int r0 = q0 + 16 * warp + g, r1 = r0 + 8;       // the two query rows of this lane
+    const int wr = 16 * MT * warp;              // the warp's first row in the Q tile
     const float scale_log2 = scale * 1.4426950408889634f; // exp(x) = 2^(x log2 e)
 
     const int kv_end = causal ? min(n, q0 + BR) : n;   // causal: no key after the block's last row
     const int tiles = (kv_end + BC - 1) / BC;
-    load_tile<D, NT, BR>(Qs, Q, q0, n);
-    load_tile<D, NT>(Ks, K, 0, n);
-    commit_copies();                            // group: Q and K_0
-    load_tile<D, NT>(Vs, V, 0, n);
-    commit_copies();
+    load_tile<D, BR>(Qs, Q, q0, n);
+    load_tile<D, BC>(Ks, K, 0, n);
+    load_tile<D, BC>(Vs, V, 0, n);
+    commit_copies();                            // group: Q, K_0, V_0
 
-    float o[ON][4];                             // O accumulator fragments: rows r0 (0, 1) and r1 (2, 3)
+    float o[MT][ON][4];                         // O accumulator fragments of the two m16 tiles
+    float m[MT][2], l[MT][2];                   // online softmax of rows r0 and r0 + 8 of each m16 tile
     #pragma unroll
-    for (int nn = 0; nn < ON; ++nn)
-        o[nn][0] = o[nn][1] = o[nn][2] = o[nn][3] = 0.0f;
-    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;   // online softmax of rows r0, r1 (log2 domain)
+    for (int mt = 0; mt < MT; ++mt) {
+        #pragma unroll
+        for (int nn = 0; nn < ON; ++nn)
+            o[mt][nn][0] = o[mt][nn][1] = o[mt][nn][2] = o[mt][nn][3] = 0.0f;
+        m[mt][0] = m[mt][1] = NEG_INF;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
 
     for (int j = 0; j < tiles; ++j) {
         const int k0 = j * BC;
-        wait_all_but_last_copy();               // K_j (and Q) has landed (V_j may not have)
-        __syncthreads();
+        wait_copies();                          // tile j has landed (this thread's copies) ...
+        __syncthreads();                        // ... and everyone's; every warp is done with tile j - 1
+        if (j + 1 < tiles) {                    // tile j + 1 into the buffer of tile j - 1, in flight during tile j
+            load_tile<D, BC>(Ks + ((j + 1) & 1) * BC * STRIDE, K, k0 + BC, n);
+            load_tile<D, BC>(Vs + ((j + 1) & 1) * BC * STRIDE, V, k0 + BC, n);
+        }
+        commit_copies();
+        const f16* Kt = Ks + (j & 1) * BC * STRIDE;
+        const f16* Vt = Vs + (j & 1) * BC * STRIDE;
 
-        // (1) S = Q K_j^T: s[nn] is the 16 x 8 fragment of keys k0 + 8 nn .. k0 + 8 nn + 7
-        float s[SN][4];
+        // (1) S = Q K_j^T: s[mt][nn] is the 16 x 8 fragment of m16 tile mt and keys k0 + 8 nn .. k0 + 8 nn + 7
+        float s[MT][SN][4];
         #pragma unroll
-        for (int nn = 0; nn < SN; ++nn)
-            s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;
+        for (int mt = 0; mt < MT; ++mt)
+            #pragma unroll
+            for (int nn = 0; nn < SN; ++nn)
+                s[mt][nn][0] = s[mt][nn][1] = s[mt][nn][2] = s[mt][nn][3] = 0.0f;
         #pragma unroll
         for (int kk = 0; kk < DK; ++kk) {
-            unsigned qa[4];                     // A fragment of Q: rows 16 warp .. + 15, columns 16 kk .. + 15
-            ldmatrix_x4(qa, Qs + (16 * warp + (lane & 15)) * STRIDE + 16 * kk + ((lane >> 4) << 3));
+            unsigned qa[MT][4];                 // A fragments of Q: m16 tile mt, columns 16 kk .. + 15
+            #pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                ldmatrix_x4(qa[mt], Qs + (wr + 16 * mt + (lane & 15)) * STRIDE + 16 * kk + ((lane >> 4) << 3));
             #pragma unroll
             for (int nn = 0; nn < SN; nn += 2) {
                 unsigned kb[4];                 // B fragments of n-tiles nn (kb[0], kb[1]) and nn + 1 (kb[2], kb[3])
-                ldmatrix_x4(kb, Ks + (8 * nn + (lane & 7) + ((lane >> 4) << 3)) * STRIDE + 16 * kk + ((lane >> 3) & 1) * 8);
-                // s[nn] += Q K^T for n-tile nn, s[nn + 1] for nn + 1 (A fragment: qa)
+                ldmatrix_x4(kb, Kt + (8 * nn + (lane & 7) + ((lane >> 4) << 3)) * STRIDE + 16 * kk + ((lane >> 3) & 1) * 8);
+                // s[mt][nn] += Q K^T for n-tile nn and s[mt][nn + 1] for nn + 1, in both m16 tiles (A: qa[mt])
                 // ### BEGIN SOLUTION
-                mma_m16n8k16(s[nn], qa, kb);
-                mma_m16n8k16(s[nn + 1], qa, kb + 2);
+                #pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma_m16n8k16(s[mt][nn], qa[mt], kb);
+                    mma_m16n8k16(s[mt][nn + 1], qa[mt], kb + 2);
+                }
                 // ### END SOLUTION
             }
         }
-        __syncthreads();                        // every warp is done with K_j
-        if (j + 1 < tiles) load_tile<D, NT>(Ks, K, k0 + BC, n);
-        commit_copies();                        // group: K_{j+1} (may be empty)
 
-        // (2) online softmax on the fragments: element e of s[nn] is key k0 + 8 nn + 2 t + (e & 1),
-        //     row r0 for e = 0, 1 and r1 for e = 2, 3; a row's 64 keys are spread over the 4 lanes of its group
-        const bool edge = k0 + BC > n || (causal && k0 + BC - 1 > q0);
-        //     1. s *= scale_log2; where edge: key >= n or (causal and key > row) -> NEG_INF; row max of the tile
-        //        over this lane's 16 values, then __shfl_xor_sync with 1 and 2 (the 4 lanes of the group)
-        //     2. m_new = max(m, tile max); alpha = fast_exp2(m - m_new) and p = fast_exp2(s - m_new), using 0
-        //        instead of m_new while it is still NEG_INF; overwrite s with p
-        //     3. l = l * alpha + (sum of this lane's p); every o[nn][e] *= alpha of its row; m = m_new
-        //     (the variables m0, l0 belong to row r0 and m1, l1 to row r1)
-        // ### BEGIN SOLUTION
-        float mx0 = NEG_INF, mx1 = NEG_INF;
-        #pragma unroll
-        for (int nn = 0; nn < SN; ++nn) {
+        // (2), (3) in softmax_step; the mask only where this warp's rows meet n or the diagonal
+        const bool edge = k0 + BC > n || (causal && k0 + BC - 1 > q0 + wr);
+        unsigned pa[MT][PK][4];
+        if (edge) {
             #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float v = s[nn][e] * scale_log2;
-                const int key = k0 + 8 * nn + 2 * t + (e & 1), row = e < 2 ? r0 : r1;
-                if (edge && (key >= n || (causal && key > row))) v = NEG_INF;
-                s[nn][e] = v;
-                if (e < 2) mx0 = fmaxf(mx0, v); else mx1 = fmaxf(mx1, v);
-            }
+            for (int mt = 0; mt < MT; ++mt)
+                softmax_step<D, true>(s[mt], m[mt], l[mt], o[mt], pa[mt], k0, q0 + wr + 16 * mt + g, n, causal, scale_log2);
+        } else {
+            #pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                softmax_step<D, false>(s[mt], m[mt], l[mt], o[mt], pa[mt], k0, q0 + wr + 16 * mt + g, n, causal, scale_log2);
         }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        const float mu0 = mn0 == NEG_INF ? 0.0f : mn0, mu1 = mn1 == NEG_INF ? 0.0f : mn1;   // no key yet
-        const float alpha0 = fast_exp2(m0 - mu0), alpha1 = fast_exp2(m1 - mu1);
-        m0 = mn0;
-        m1 = mn1;
-        float sum0 = 0.0f, sum1 = 0.0f;
-        #pragma unroll
-        for (int nn = 0; nn < SN; ++nn) {
-            s[nn][0] = fast_exp2(s[nn][0] - mu0); sum0 += s[nn][0];
-            s[nn][1] = fast_exp2(s[nn][1] - mu0); sum0 += s[nn][1];
-            s[nn][2] = fast_exp2(s[nn][2] - mu1); sum1 += s[nn][2];
-            s[nn][3] = fast_exp2(s[nn][3] - mu1); sum1 += s[nn][3];
-        }
-        l0 = l0 * alpha0 + sum0;                // this lane's keys only: the group sums at the end
-        l1 = l1 * alpha1 + sum1;
-        #pragma unroll
-        for (int nn = 0; nn < ON; ++nn) {
-            o[nn][0] *= alpha0; o[nn][1] *= alpha0;
-            o[nn][2] *= alpha1; o[nn][3] *= alpha1;
-        }
-        // ### END SOLUTION
-
-        // (3) P to f16 A fragments of O += P V: k-step kk covers the keys of n-tiles 2 kk and 2 kk + 1
-        unsigned pa[PK][4];
-        //     pa[kk][0..3] = a0..a3 of the A fragment of P for keys 16 kk .. 16 kk + 15 (pack_f16x2(lo, hi))
-        // ### BEGIN SOLUTION
-        #pragma unroll
-        for (int kk = 0; kk < PK; ++kk) {
-            pa[kk][0] = pack_f16x2(s[2 * kk][0], s[2 * kk][1]);
-            pa[kk][1] = pack_f16x2(s[2 * kk][2], s[2 * kk][3]);
-            pa[kk][2] = pack_f16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[kk][3] = pack_f16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
-        // ### END SOLUTION
-        wait_all_but_last_copy();               // V_j has landed (K_{j+1} may not have)
-        __syncthreads();
 
         // (4) O += P V_j
         #pragma unroll
@@ -687,45 +758,51 @@ __device__ __forceinline__ void flash_tc(const f16* __restrict__ Q, const f16* _
             #pragma unroll
             for (int nn = 0; nn < ON; nn += 2) {
                 unsigned vb[4];                 // B fragments of n-tiles nn (vb[0], vb[1]) and nn + 1 (vb[2], vb[3])
-                ldmatrix_x4_trans(vb, Vs + (16 * kk + (lane & 15)) * STRIDE + 8 * nn + ((lane >> 4) << 3));
-                // o[nn] += P V for n-tile nn, o[nn + 1] for nn + 1 (A fragment: pa[kk])
+                ldmatrix_x4_trans(vb, Vt + (16 * kk + (lane & 15)) * STRIDE + 8 * nn + ((lane >> 4) << 3));
+                // o[mt][nn] += P V for n-tile nn and o[mt][nn + 1] for nn + 1, in both m16 tiles (A: pa[mt][kk])
                 // ### BEGIN SOLUTION
-                mma_m16n8k16(o[nn], pa[kk], vb);
-                mma_m16n8k16(o[nn + 1], pa[kk], vb + 2);
+                #pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma_m16n8k16(o[mt][nn], pa[mt][kk], vb);
+                    mma_m16n8k16(o[mt][nn + 1], pa[mt][kk], vb + 2);
+                }
                 // ### END SOLUTION
             }
         }
-        __syncthreads();                        // every warp is done with V_j
-        if (j + 1 < tiles) load_tile<D, NT>(Vs, V, k0 + BC, n);
-        commit_copies();                        // group: V_{j+1} (may be empty)
     }
 
     // one division per row, at the very end; the 4 lanes of a group hold parts of l
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const int t = lane & 3;
     #pragma unroll
-    for (int nn = 0; nn < ON; ++nn) {
-        const int c = 8 * nn + 2 * t;
-        if (r0 < n) *reinterpret_cast<unsigned*>(O + (size_t)r0 * D + c) = pack_f16x2(o[nn][0] * inv0, o[nn][1] * inv0);
-        if (r1 < n) *reinterpret_cast<unsigned*>(O + (size_t)r1 * D + c) = pack_f16x2(o[nn][2] * inv1, o[nn][3] * inv1);
+    for (int mt = 0; mt < MT; ++mt) {
+        const int r0 = q0 + wr + 16 * mt + g, r1 = r0 + 8;
+        float l0 = l[mt][0], l1 = l[mt][1];
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+        #pragma unroll
+        for (int nn = 0; nn < ON; ++nn) {
+            const int c = 8 * nn + 2 * t;
+            if (r0 < n) *reinterpret_cast<unsigned*>(O + (size_t)r0 * D + c) = pack_f16x2(o[mt][nn][0] * inv0, o[mt][nn][1] * inv0);
+            if (r1 < n) *reinterpret_cast<unsigned*>(O + (size_t)r1 * D + c) = pack_f16x2(o[mt][nn][2] * inv1, o[mt][nn][3] * inv1);
+        }
     }
     if (tile_counter != nullptr && threadIdx.x == 0)
         atomicAdd(tile_counter, tiles);         // (Q tile, K/V tile) pairs computed
 }
 
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(128, 2)
 flash_attention_tc_d64(const f16* Q, const f16* K, const f16* V, f16* O, int n, float scale, int causal, int* tile_counter)
 {
-    flash_tc<64, 4>(Q, K, V, O, n, scale, causal, tile_counter);
+    flash_tc<64>(Q, K, V, O, n, scale, causal, tile_counter);
 }
 
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(128, 2)
 flash_attention_tc_d128(const f16* Q, const f16* K, const f16* V, f16* O, int n, float scale, int causal, int* tile_counter)
 {
-    flash_tc<128, 4>(Q, K, V, O, n, scale, causal, tile_counter);
+    flash_tc<128>(Q, K, V, O, n, scale, causal, tile_counter);
 }
 """
 
@@ -735,11 +812,14 @@ from autograder import grade
 grade('lesson09.flash_compiles', FLASH_TC_SRC)
 
 # %% [markdown] id="f2"
-# Обёртка почти готова, осталось (5) — запуск: сетка `(H, ⌈n / 64⌉)` (`blockIdx.x` — голова, `blockIdx.y` — тайл Q),
+# Обёртка почти готова, осталось (5) — запуск: сетка `(H, ⌈n / 128⌉)` (`blockIdx.x` — голова, `blockIdx.y` — тайл Q),
 # блок из 128 нитей, `shared_mem=shared`, аргументы в порядке сигнатуры ядра (`n` и `causal` — `np.int32`,
-# `scale = 1/√d` — `np.float32`). Динамическая разделяемая память — тайлы Q, K и V по 64 строки с шагом D + 8:
-# 27 КиБ при d = 64 и 51 КиБ при d = 128. Больше 48 КиБ ядру нужно разрешить явно
-# (`kernel.max_dynamic_shared_size_bytes`); у T4 предел — 64 КиБ на блок, так что помещается и там.
+# `scale = 1/√d` — `np.float32`). Динамическая разделяемая память — тайл Q из 128 строк и по два буфера K и V из
+# BC строк, строка D + 8 элементов f16: $(128 + 4 B_c)(d + 8) \cdot 2$ байт. Обёртка берёт наибольшее BC из 64, 32, 16,
+# которое влезает в предел блока этого GPU, и передаёт его ядру при компиляции (`options=("-DBC=…",)`):
+# на H200 и A100 — BC = 64 (54 КиБ при d = 64, 102 КиБ при d = 128), на RTX 30xx/40xx (99 КиБ) при d = 128 —
+# BC = 32 (68 КиБ), на T4 (64 КиБ) при d = 128 — BC = 16 (51 КиБ). Больше 48 КиБ ядру нужно разрешить явно
+# (`kernel.max_dynamic_shared_size_bytes`).
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention_tc_gpu", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def flash_attention_tc_gpu(Q, K, V, causal=False, tile_counter=None):
@@ -751,9 +831,13 @@ def flash_attention_tc_gpu(Q, K, V, causal=False, tile_counter=None):
     O = cp.empty_like(Q)
     if tile_counter is None:
         tile_counter = cp.zeros(1, dtype=cp.int32)
-    br, bc = 64, 64                                  # 4 варпа по 16 строк; BC в FLASH_TC_SRC
-    shared = (br + 2 * bc) * (d + 8) * 2             # тайлы Q, K и V в f16, строка дополнена 8 элементами
-    kernel = cp.RawKernel(FLASH_TC_SRC, f"flash_attention_tc_d{d}")
+    br = 128                                         # 4 варпа по 32 строки (BR в FLASH_TC_SRC)
+    # ключей в тайле K/V: наибольшее BC, при котором тайл Q и по два буфера K и V (строка d + 8) влезают
+    # в разделяемую память блока этого GPU — H200: 227 КиБ, RTX 30xx/40xx: 99 КиБ, T4: 64 КиБ
+    limit = cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
+    bc = next(b for b in (64, 32, 16) if (br + 4 * b) * (d + 8) * 2 <= limit)
+    shared = (br + 4 * bc) * (d + 8) * 2
+    kernel = cp.RawKernel(FLASH_TC_SRC, f"flash_attention_tc_d{d}", options=(f"-DBC={bc}",))
     kernel.max_dynamic_shared_size_bytes = shared
     # (5) запуск: сетка (H, число тайлов Q по br строк), блок из 128 нитей, shared_mem=shared
     ### BEGIN SOLUTION
@@ -884,14 +968,14 @@ else:
 #
 # | n | d | causal | ядро, мс | ядро, TFLOP/s | SDPA f16, TFLOP/s | ядро / SDPA f16 | урок 08 fp32, TFLOP/s |
 # | --- | --- | --- | --- | --- | --- | --- | --- |
-# | 4096 | 64 | нет | 0.327 | 210 | 437 | 0.48× | 32.9 |
-# | 4096 | 64 | да | 0.176 | 196 | 307 | 0.64× | 25.6 |
-# | 4096 | 128 | нет | 0.533 | 258 | 604 | 0.43× | 35.8 |
-# | 4096 | 128 | да | 0.284 | 242 | 420 | 0.58× | 28.1 |
-# | 16384 | 64 | нет | 5.28 | 208 | 472 | 0.44× | — |
-# | 16384 | 64 | да | 2.59 | 212 | 443 | 0.48× | — |
-# | 16384 | 128 | нет | 9.22 | 238 | 596 | 0.40× | 36.8 |
-# | 16384 | 128 | да | 4.37 | 252 | 597 | 0.42× | — |
+# | 4096 | 64 | нет | 0.261 | 263 | 440 | 0.60× | 33.0 |
+# | 4096 | 64 | да | 0.136 | 253 | 306 | 0.83× | 25.8 |
+# | 4096 | 128 | нет | 0.443 | 310 | 611 | 0.51× | 36.3 |
+# | 4096 | 128 | да | 0.225 | 306 | 444 | 0.69× | 28.6 |
+# | 16384 | 64 | нет | 3.80 | 289 | 465 | 0.62× | — |
+# | 16384 | 64 | да | 1.97 | 279 | 440 | 0.63× | — |
+# | 16384 | 128 | нет | 6.93 | 317 | 617 | 0.51× | 36.8 |
+# | 16384 | 128 | да | 3.45 | 318 | 603 | 0.53× | — |
 #
 # Измерено на NVIDIA H200 (132 SM), 2026-12-01, CuPy 14.2.0, PyTorch 2.11.0+cu130; команда
 # `python benchmarks/gpu_kernels.py --tensor-cores`, результаты — `benchmarks/results/gpu_kernels_tc_h200.json` в
@@ -899,14 +983,16 @@ else:
 # 4.9·10⁻⁴ (половина шага f16 у единицы).
 #
 # Что из этого следует:
-# - тензорные ядра дают **6.4–8.6×** против fp32-ядра урока 08 (238 против 37 TFLOP/s при n = 16384, d = 128) — меньше
-#   паспортных 14.8×: вне `mma` остаются softmax, загрузки тайлов и барьеры;
+# - тензорные ядра дают **8.0–10.7×** против fp32-ядра урока 08 (317 против 37 TFLOP/s при n = 16384, d = 128) —
+#   меньше паспортных 14.8×: вне `mma` остаются softmax, загрузки тайлов и барьеры;
 # - SDPA в f16 на H200 выбирает ядро, написанное под Hopper (по умолчанию — cuDNN, на асинхронных `wgmma`, урок 10):
-#   300–600 TFLOP/s. Наше ядро на `mma.sync` даёт 0.40–0.64 от него. Для масштаба: FlashAttention-2, написанная на тех
-#   же `mma.sync`, на H100 при d = 128 и n = 4k–16k даёт 368–370 TFLOP/s без маски и 319–335 с causal (статья
-#   FlashAttention-3, arXiv 2407.08608, сравнение прямого прохода) — около 0.6 от этого SDPA; до неё нашему ядру
-#   при d = 128 остаётся примерно полтора раза (тайл 16 строк на варп, без конвейера ldmatrix);
-# - causal при n = 16384 быстрее полного внимания в 2.03× (d = 64) и 2.11× (d = 128): пропуск тайлов над диагональю
+#   300–620 TFLOP/s. Наше ядро на `mma.sync` даёт 0.51–0.83 от него; труднее всего — d = 128 без маски, где SDPA
+#   быстрее всего: там 0.51, и от прогона к прогону SDPA гуляет на несколько процентов. Для масштаба:
+#   FlashAttention-2, написанная на тех же `mma.sync`, на H100 (те же 132 SM и частоты) при d = 128 и n = 4k–16k
+#   даёт 368–370 TFLOP/s без маски и 319–335 с causal (статья FlashAttention-3, arXiv 2407.08608, сравнение прямого
+#   прохода). Наше ядро при d = 128 — 310–317 без маски и 306–318 с causal: около 0.85 от FlashAttention-2 без
+#   маски и почти вровень с ней в causal;
+# - causal при n = 16384 быстрее полного внимания в 1.93× (d = 64) и 2.01× (d = 128): пропуск тайлов над диагональю
 #   и запуск длинных блоков первыми работают;
 # - до паспортных 989 TFLOP/s далеко всем `mma.sync`-ядрам: на Hopper полную скорость тензорных ядер даёт только
 #   `wgmma` с TMA и варп-специализацией — это следующий урок.
@@ -919,6 +1005,9 @@ else:
 #   дополнение строки тайла на 16 байт убирает конфликты банков.
 # - В FlashAttention-2 S остаётся фрагментом-аккумулятором, из него прямо в регистрах получается фрагмент A для
 #   P·V; softmax идёт по строкам, которые делят 4 нити группы (`__shfl_xor_sync` 1 и 2).
+# - Скорость `mma.sync`-ядра решают не сами MMA, а всё вокруг: два тайла m16 на варп (фрагмент K/V идёт в четыре
+#   MMA, а не в два), два буфера K/V с `cp.async`, маска только на краевых тайлах, короткие цепочки зависимостей
+#   в softmax и копирование тайлов без лишней арифметики адресов.
 # - Цена 16 бит — ошибка порядка $2^{-11}$ от $P|V|$ и $|O|$; допуск проверки выведен из неё, а не подобран.
 # - Интенсивность слитого внимания ~n/2 FLOP/Б: с тензорными ядрами оно упирается в вычисления, и всё, что не
 #   `mma` (softmax, загрузки, барьеры), теперь видно во времени.
@@ -927,8 +1016,10 @@ else:
 #
 # 1. В нашем ядре варп то ждёт тайл K/V на барьере, то считает `mma`, то softmax — по очереди. Hopper добавляет
 #    асинхронный `wgmma` (варп-группа из 4 варпов, операнд B прямо из разделяемой памяти) и TMA (копия тайла
-#    одной инструкцией). Какие из четырёх `__syncthreads()` на тайл становятся не нужны, если тайлы грузит
-#    отдельный варп-производитель, а готовность сообщают барьеры в памяти (mbarrier)?
+#    одной инструкцией). Наш единственный `__syncthreads()` на тайл значит две вещи сразу: «тайл j долетел у всех»
+#    и «буфер тайла j − 1 больше никто не читает». Как их разделить, если тайлы грузит отдельный
+#    варп-производитель, а готовность сообщают барьеры в памяти (mbarrier), — и что от этого выигрывают варпы,
+#    которые считают?
 # 2. Пока CUDA-ядра считают softmax тайла j, тензорные ядра этого варпа простаивают. Как две варп-группы,
 #    работающие «пинг-понгом», могут занять тензорные ядра softmax-ом друг друга, и сколько это может дать, если
 #    softmax занимает, скажем, четверть времени тайла?
