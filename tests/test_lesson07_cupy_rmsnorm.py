@@ -30,3 +30,21 @@ def test_sizes_of_the_cases_do_what_the_lesson_says():
     assert all(c["D"] % 256 == 0 for c in VISIBLE)
     assert all(c["D"] % 256 or c["D"] % 4 for c in TAILS)
     assert any(c["D"] % 4 == 2 for c in TAILS)  # rows that are not 16-byte aligned
+
+
+def test_the_limits_paragraph_quotes_the_committed_limits_benchmark():
+    """Section 2's paragraph on the limits run quotes benchmarks/results/gpu_kernels_limits_h200.json."""
+    import json
+
+    measured = json.loads((course.ROOT / "benchmarks" / "results" / "gpu_kernels_limits_h200.json").read_text())
+    rows = {(r["T"], r["D"]): r for r in measured["rmsnorm"]}
+    long_row, short_row = rows[(65536, 4096)], rows[(65536, 1024)]
+    text = course.text_source("07_cupy_rmsnorm").read_text(encoding="utf-8")
+    start = text.index("То же эталонное ядро в замере у предела")
+    paragraph = text[start:text.index("# Наивная версия", start)]
+    for quoted in (f"{long_row['fused_pct_of_copy']:.1f} % копирования при D = 4096",
+                   f"{short_row['fused_pct_of_copy']:.1f} % при D = 1024",
+                   f"{long_row['speedup_vs_torch']:.2f}× и {short_row['speedup_vs_torch']:.2f}× от torch",
+                   f"{short_row['torch_pct_of_copy']:.0f} % копирования",
+                   f"{short_row['vs_torch_goal_needs_pct_of_copy']:.0f} %."):
+        assert quoted in paragraph, quoted
