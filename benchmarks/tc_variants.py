@@ -39,9 +39,12 @@ VARIANTS = {
     "p2_mt1_bc64_32": (1, 4, 64, 32, False, False, 1, 1, 2),
     "p2_nw8_qreg_bc64_32": (2, 8, 64, 32, True, False, 1, 1, 2),
 }
-# session 21, flash_s (swizzled shared memory, no padding; FMA-folded scale; unmasked softmax off the edge tiles):
-# name: (MT, NW, BC d64, BC d128, STAGES d64, STAGES d128, min blocks d64, min blocks d128); STAGES 1 = the lesson's pipeline
-SWIZZLED = {  # + FLAGS (see tc_variants.cu): 1 swizzle, 2 split softmax, 4 conditional rescale, 8 PV mt-outer, 16 S mt-outer
+# session 21, flash_s (FMA-folded scale, cvt.rn.f16x2; the rest chosen by FLAGS, see tc_variants.cu):
+# name: (MT, NW, BC d64, BC d128, STAGES d64, STAGES d128, min blocks d64, min blocks d128, FLAGS); STAGES 1 = the
+# lesson's old pipeline; FLAGS 1 swizzled shared memory (else padded rows), 2 masked/unmasked softmax compiled apart,
+# 4 conditional O rescale, 8 P V m16-outer, 16 S m16-outer, 32 four-chain max/sum, 64 one edge branch for both m16
+# tiles, 128 division-free tile loads. s2_pad_tree_outer_fast became the lesson's kernel.
+FLASH_S_VARIANTS = {
     "s1_bc64": (2, 4, 64, 64, 1, 1, 2, 2, 3),
     "s2_bc64": (2, 4, 64, 64, 2, 2, 2, 2, 3),
     "s2_bc64_d128s1": (2, 4, 64, 64, 2, 1, 2, 2, 3),
@@ -57,7 +60,7 @@ SWIZZLED = {  # + FLAGS (see tc_variants.cu): 1 swizzle, 2 split softmax, 4 cond
     "s2_pad_pred_pvmt": (2, 4, 64, 64, 2, 2, 2, 2, 8),
     "s2_pad_pred_smt": (2, 4, 64, 64, 2, 2, 2, 2, 16),
     "s2_pad_pred_mb3": (2, 4, 64, 64, 2, 2, 3, 2, 0),
-    # run 5: + 32 tree reductions, 64 one edge branch for both m16 tiles, 128 division-free tile loads
+    # run 5
     "s2_pad_split_tree": (2, 4, 64, 64, 2, 2, 2, 2, 2 | 32),
     "s2_pad_tree_outer": (2, 4, 64, 64, 2, 2, 2, 2, 2 | 32 | 64),
     "s2_pad_tree_outer_fast": (2, 4, 64, 64, 2, 2, 2, 2, 2 | 32 | 64 | 128),
@@ -91,7 +94,7 @@ def variant_source() -> tuple[str, dict]:
                      f"{{ flash_{'p' if stages else 'v'}<{d}, {nw}, {mt}, {bc}, {'true' if q else 'false'}"
                      f"{f', {stages}' if stages else ''}>(Q, K, V, O, n, scale, causal, tile_counter); }}\n")
             names[(v, d)] = (name, 16 * mt * nw, bc, 32 * nw, stages, 8)
-    for v, (mt, nw, bc64, bc128, st64, st128, mb64, mb128, flags) in SWIZZLED.items():
+    for v, (mt, nw, bc64, bc128, st64, st128, mb64, mb128, flags) in FLASH_S_VARIANTS.items():
         for d, bc, st, mb in ((64, bc64, st64, mb64), (128, bc128, st128, mb128)):
             name = f"v_{v}_d{d}"
             body += (f'\nextern "C" __global__ void __launch_bounds__({32 * nw}, {mb})\n{name}(const f16* Q, const f16* K, '
@@ -143,7 +146,7 @@ def main(argv=None) -> int:
     lesson = load_answers("09_tensor_cores", {"cp": cp, "np": np, "math": math})["flash_attention_tc_gpu"]
     body, names = variant_source()
     module = cp.RawModule(code=body, options=("-std=c++17",))
-    chosen = [v for v in [*VARIANTS, *SWIZZLED] if args.only is None or v in args.only.split(",")]
+    chosen = [v for v in [*VARIANTS, *FLASH_S_VARIANTS] if args.only is None or v in args.only.split(",")]
 
     def launcher(v, d):
         name, br, bc, nt, stages, pad = names[(v, d)]
@@ -187,7 +190,7 @@ def main(argv=None) -> int:
     result = {"command": "python benchmarks/tc_variants.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "torch": torch.__version__,
-              "cupy": cp.__version__, "variants": {v: {**VARIANTS, **SWIZZLED}[v] for v in chosen}, "rows": rows}
+              "cupy": cp.__version__, "variants": {v: {**VARIANTS, **FLASH_S_VARIANTS}[v] for v in chosen}, "rows": rows}
     print(table(result))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
