@@ -89,9 +89,15 @@ def cmd_grade(args) -> int:
         print(f"Неизвестный урок {lesson!r}.{hint}\nУроки: {', '.join(course.lessons())}", file=sys.stderr)
         return 2
     submission = nbformat.read(path, as_version=4)
+    from . import sandbox
+
+    ok, why = sandbox.status()
+    if not ok:  # self-study: your own notebook, so grading goes on, and says so once
+        print(f"Без песочницы bubblewrap ({why}): ваш ноутбук выполняется с вашими правами, как в JupyterLab.")
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
         print(f"Проверяю {path.name} всеми тестами урока {lesson} (с дополнительными скрытыми)…")
-        grades = course.grade_notebooks(lesson, {"me": submission}, Path(scratch))["me"]
+        grades = course.grade_notebooks(lesson, {"me": submission}, Path(scratch),
+                                        extra_args=("--IsolatedExecute.sandbox=if-available",))["me"]
         graded = nbformat.read(Path(scratch) / "autograded" / "me" / lesson / f"{lesson}.ipynb", as_version=4)
     print(course.verdict_table(graded, grades))
     return 0
@@ -126,7 +132,8 @@ def cmd_autograde(args) -> int:
     gpus = args.gpus.split(",") if args.gpus else None
     return _summary_exit(parallel.autograde(
         args.course, args.lesson, workers=args.workers, force=args.force, students=args.student,
-        only_gpu=args.only_gpu, skip_gpu=args.skip_gpu, shard_of=args.shard, gpus=gpus))
+        only_gpu=args.only_gpu, skip_gpu=args.skip_gpu, shard_of=args.shard, gpus=gpus,
+        sandbox="off" if args.no_sandbox else "required"))
 
 
 def cmd_merge(args) -> int:
@@ -189,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--student", action="append", default=[], help="только этот студент (можно повторять)")
     p.add_argument("--shard", type=_shard, help="K/M: только K-я из M частей работ (для нескольких машин)")
     p.add_argument("--gpus", help="номера GPU через запятую: каждому процессу свой GPU")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="проверять без песочницы bubblewrap (код студентов не изолирован: только для своих работ)")
     p.set_defaults(run=cmd_autograde)
     p = sub.add_parser("merge", help="записать работы, проверенные на другой машине")
     p.add_argument("folder", help="папка autograded/ с другой машины")

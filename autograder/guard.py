@@ -20,8 +20,9 @@ Student code runs in two places while a notebook is graded:
   environment, to start processes and to signal other processes.
 
 An audit hook is a speed bump, not a sandbox: code that reaches native memory (a C extension,
-``ctypes`` where it is allowed) can undo any of this.  Run autograde in a container or as a
-separate user for a class that might try (README, instructor part).
+``ctypes`` where it is allowed) can undo any of this.  What holds under grading is the OS sandbox both
+run in (:mod:`autograder.sandbox`); this guard keeps honest mistakes and casual tampering from costing or
+earning points.
 """
 from __future__ import annotations
 
@@ -88,7 +89,20 @@ def _student_now() -> bool:
 def _deny(message: str, error: type[Exception] = PermissionError):
     if _state["mode"] == "kernel" or _student_now():  # a refusal caught by the student still counts
         _state["violations"].append(message)
-    raise error(message)
+        raise error(message)
+    refusal = error(message)
+    refusal.autograder_refused_grader = message  # the check's own code was stopped: see refused_to_grader
+    raise refusal
+
+
+def refused_to_grader(error: BaseException) -> str | None:
+    """The guard's reason when ``error``, the exception that ended a check, is a refusal of the check's own
+    code rather than of the student's (the grader's defect, reported as a grader fault); else None.
+    Only the guard's own exception types are read, through their ``__dict__``: no student code runs here."""
+    if type(error) not in (PermissionError, ImportError, Tampering):
+        return None
+    reason = error.__dict__.get("autograder_refused_grader")
+    return reason if type(reason) is str else None
 
 
 def _no_frames(what: str):
@@ -488,14 +502,17 @@ def _threads_left(before: int) -> bool:
 
 # --- limits shared by the worker and the kernel ----------------------------------------------
 
-def cap_resources(memory_gib: float | None, file_mib: float | None = None) -> None:
-    """Cap the address space (MemoryError instead of the OOM killer) and the size of one file."""
+def cap_resources(memory_gib: float | None, file_mib: float | None = None, processes: int | None = None) -> None:
+    """Cap the address space (MemoryError instead of the OOM killer), the size of one file and the
+    processes of this user (in a sandbox: :func:`autograder.sandbox.process_limit`)."""
     limits = []
     if memory_gib:
         limits.append((resource.RLIMIT_AS, int(memory_gib * 2**30)))
     if file_mib:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails, it does not kill
         limits.append((resource.RLIMIT_FSIZE, int(file_mib * 2**20)))
+    if processes:
+        limits.append((resource.RLIMIT_NPROC, int(processes)))
     for kind, limit in limits:
         _, hard = resource.getrlimit(kind)
         if hard != resource.RLIM_INFINITY:
@@ -506,7 +523,7 @@ def cap_resources(memory_gib: float | None, file_mib: float | None = None) -> No
 # --- the student's kernel under autograde ----------------------------------------------------
 
 def install_kernel(*, memory_gib: float | None, secret_dirs=(), write_protected=(),
-                   submission_dir: str | None = None) -> None:
+                   submission_dir: str | None = None, processes: int | None = None) -> None:
     """Kernel under autograde: cap memory, keep the course's secrets and code out of reach.
 
     The kernel was started in an empty folder, so that nothing the student submitted beside the
@@ -522,7 +539,7 @@ def install_kernel(*, memory_gib: float | None, secret_dirs=(), write_protected=
         sys.path[:] = [p for p in sys.path if p not in ("", ".") and os.path.abspath(p) != start]
         os.chdir(submission_dir)
         sys.path.append(os.path.abspath(submission_dir))
-    cap_resources(memory_gib, 1024)
+    cap_resources(memory_gib, 1024, processes)
     _configure_files(secret_dirs, write_protected)
     _state["mode"] = "kernel"
     sys.addaudithook(_audit)

@@ -39,12 +39,71 @@ import time
 
 import cloudpickle
 
+from . import sandbox as sandbox_module
 from .core import CheckResult, get_check, shorten
-from .worker import STARTED
+from .worker import STAGE, STARTED
 
 #: Environment of the worker: one BLAS thread (deterministic, small address space).
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg", "PYTHONIOENCODING": "utf-8"}
+
+#: Where programs look for settings and keep caches, relative to the worker's own empty home (a folder of
+#: its scratch folder, gone after the check): nothing the grader's or the student's home holds (the CUDA
+#: driver's JIT cache, CuPy's compiled kernels, matplotlib's font list, IPython startup files) reaches a
+#: check, and nothing one check writes reaches the next.  Each check compiles its kernels afresh.
+HOME_VARIABLES = {
+    "HOME": "", "XDG_CACHE_HOME": ".cache", "XDG_CONFIG_HOME": ".config", "XDG_DATA_HOME": ".local/share",
+    "XDG_STATE_HOME": ".local/state", "XDG_RUNTIME_DIR": ".run",
+    "CUDA_CACHE_PATH": ".nv/ComputeCache",      # the driver's JIT cache (PTX -> machine code)
+    "CUPY_CACHE_DIR": ".cupy/kernel_cache",     # CuPy's compiled RawKernels
+    "MPLCONFIGDIR": ".config/matplotlib",
+    "IPYTHONDIR": ".ipython", "JUPYTER_CONFIG_DIR": ".jupyter", "JUPYTER_DATA_DIR": ".local/share/jupyter",
+    "TRITON_CACHE_DIR": ".triton/cache", "TORCH_HOME": ".cache/torch", "TORCHINDUCTOR_CACHE_DIR": ".cache/inductor",
+    "NUMBA_CACHE_DIR": ".cache/numba", "PYTHONUSERBASE": ".local",
+}
+#: Of the grader's environment these would point a worker back at files of the grader's own.
+DROPPED_VARIABLES = ("MATPLOTLIBRC", "JUPYTER_CONFIG_PATH", "JUPYTER_PATH", "PYTHONSTARTUP")
+
+
+def home_variables(folder: str) -> dict[str, str]:
+    """The environment variables that point a worker's programs at a home in ``folder``."""
+    return {name: os.path.join(folder, path) if path else folder for name, path in HOME_VARIABLES.items()}
+
+
+def private_home(folder: str) -> dict[str, str]:
+    """Make ``folder`` a fresh home (a copy of :func:`home_template`); its environment variables."""
+    shutil.copytree(home_template(), folder, dirs_exist_ok=True)
+    os.chmod(os.path.join(folder, ".run"), 0o700)
+    return home_variables(folder)
+
+
+_TEMPLATE: dict[str, tempfile.TemporaryDirectory] = {}
+_TEMPLATE_LOCK = threading.Lock()
+
+
+def home_template() -> str:
+    """A home made once per grading process, copied into every worker's: only what this machine's own
+    software writes into an empty home — matplotlib's font list, built here so that no check runs
+    ``fc-list`` (a new process, which the guard refuses once student code has run) or spends seconds on
+    it.  Nothing in it comes from the grader's or the student's home."""
+    with _TEMPLATE_LOCK:
+        if _TEMPLATE.get("owner") != os.getpid():
+            folder = tempfile.TemporaryDirectory(prefix="autograder-home-template-", ignore_cleanup_errors=True)
+            os.makedirs(os.path.join(folder.name, ".run"), mode=0o700)
+            env = {**worker_environment(), **home_variables(folder.name)}
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run([sys.executable, "-I", "-c", "import matplotlib.font_manager"], env=env, cwd=folder.name,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               timeout=120)
+            _TEMPLATE.update(owner=os.getpid(), folder=folder)
+        return _TEMPLATE["folder"].name
+
+
+def worker_environment(base: dict | None = None) -> dict[str, str]:
+    """The grader's environment with the worker's own settings, minus what points at the grader's caches
+    (the home variables come per check: :func:`private_home`)."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in DROPPED_VARIABLES}
+    return {**env, **WORKER_ENV}
 
 
 def _reap_children() -> None:
@@ -60,6 +119,26 @@ _reap_children()
 #: Digests of payloads that already hung in this process: later checks fail at once, so one
 #: endless loop costs its own cells a single timeout, not one per check.
 _HUNG: dict[str, float] = {}
+
+
+#: The sandbox checks start in (:func:`sandboxed`); None: as plain processes.
+_SCOPE: dict = {"sandbox": None}
+
+
+@contextlib.contextmanager
+def sandboxed(box: "sandbox_module.Sandbox | None"):
+    """Checks started in this block run in ``box``, one submission's sandbox (None: no sandbox).
+
+    The fork server, if one was started for ``box``, lives in it and goes with it at the end.
+    """
+    previous, _SCOPE["sandbox"] = _SCOPE["sandbox"], box
+    try:
+        yield
+    finally:
+        _SCOPE["sandbox"] = previous
+        server = _SERVER.get("server")
+        if box is not None and server is not None and server.sandbox == box and server.owner == os.getpid():
+            server.close()
 
 
 class PayloadError(Exception):
@@ -141,20 +220,29 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
     if digest in _HUNG:
         return failed(f"Проверка не запускалась: эта же функция уже не завершилась за {_HUNG[digest]:g} с "
                       "на предыдущей проверке (бесконечный цикл?).")
-    env = {**os.environ, **WORKER_ENV, "AUTOGRADER_PARENT": str(os.getpid())}
-    if launcher:  # the worker's parent is the launcher: it dies with that one (and it with the group)
-        del env["AUTOGRADER_PARENT"]
+    box = _SCOPE["sandbox"]
+    env = {**worker_environment(), "AUTOGRADER_PARENT": str(os.getpid())}
+    if launcher or box is not None:  # the worker's parent is the launcher, or bubblewrap's init in the sandbox:
+        del env["AUTOGRADER_PARENT"]  # it dies with that one (and it with the group, or the sandbox)
+    if box is not None:
+        box = box.with_gpu(check.needs_gpu)
+        env["AUTOGRADER_SANDBOXED"] = "1"
+    scratch = box.scratch if box is not None else None  # inside the sandbox, only its scratch folder is writable
     # What student code leaves in its folder must not make the cleanup raise in the grader.
-    with tempfile.TemporaryDirectory(prefix="autograder-", ignore_cleanup_errors=True) as workdir, \
-            tempfile.TemporaryDirectory(prefix="autograder-out-", ignore_cleanup_errors=True) as outdir:
+    with tempfile.TemporaryDirectory(prefix="autograder-", dir=scratch, ignore_cleanup_errors=True) as workdir, \
+            tempfile.TemporaryDirectory(prefix="autograder-home-", dir=scratch, ignore_cleanup_errors=True) as home_dir, \
+            tempfile.TemporaryDirectory(prefix="autograder-out-", dir=scratch, ignore_cleanup_errors=True) as outdir:
+        home = private_home(home_dir)
         out_path, err_path = os.path.join(outdir, "reply"), os.path.join(outdir, "stderr")
         output_path = os.path.join(outdir, "output")  # what runs in the worker prints, student code included
         request = pickle.dumps({"check_id": check_id, "cases": cases, "payloads": list(payloads),
                                 "memory_limit_gib": check.memory_limit_gib, "nonce": nonce,
                                 "output_path": output_path, "secret_dirs": tuple(secret_dirs),
-                                "write_protected": tuple(write_protected)})
+                                "write_protected": tuple(write_protected),
+                                "max_processes": sandbox_module.process_limit() if box is not None else None})
         with open(out_path, "ab") as out, open(err_path, "ab") as err:
-            process = _start(check, env, workdir, out, err, fork=False if launcher else fork, launcher=launcher)
+            process = _start(check, env, home, workdir, out, err, fork=False if launcher else fork,
+                             launcher=launcher, box=box)
         try:
             process.communicate(request, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -184,18 +272,21 @@ class ServerGone(Exception):
     """The fork server stopped answering (it died, or this process lost it)."""
 
 
-def _start(check, env: dict, workdir: str, out, err, *, fork: bool | None, launcher: tuple[str, ...] = ()):
-    """The worker of one check, with the request still to be written to its stdin."""
+def _start(check, env: dict, home: dict, workdir: str, out, err, *, fork: bool | None,
+           launcher: tuple[str, ...] = (), box=None):
+    """The worker of one check, with the request still to be written to its stdin; ``home``: the
+    variables of its own home (a forked worker sets them itself: the server's environment is shared);
+    ``box``: the sandbox it runs in (the fork server then runs there too)."""
     if fork is None:
         fork = not check.needs_gpu and os.environ.get("AUTOGRADER_FORK_SERVER", "1") != "0"
     if fork and _SERVER_LOCK.acquire(blocking=False):  # another thread's check: a plain worker
         try:
             for _ in range(2):  # a server that died since the last check is started again, once
-                server = _fork_server(env)
+                server = _fork_server(env, box)
                 if server is None:
                     break
                 try:
-                    return server.start(check.id, workdir, out, err, _SERVER_LOCK)
+                    return server.start(check.id, workdir, home, out, err, _SERVER_LOCK)
                 except ServerGone:
                     server.close()
                 except _NoFork:
@@ -204,10 +295,11 @@ def _start(check, env: dict, workdir: str, out, err, *, fork: bool | None, launc
             _SERVER_LOCK.release()
             raise
         _SERVER_LOCK.release()
-    return subprocess.Popen(
-        [*launcher, sys.executable, "-I", "-m", "autograder.worker"], stdin=subprocess.PIPE,
-        stdout=out, stderr=err, cwd=workdir, env=env,
-        start_new_session=True)  # its own process group: a timeout kills the children too
+    argv, env = [*launcher, sys.executable, "-I", "-m", "autograder.worker"], {**env, **home}
+    if box is not None:
+        argv = sandbox_module.command(box, argv, env=env, cwd=workdir)
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=workdir, env=env,
+                            start_new_session=True)  # its own process group: a timeout kills the children too
 
 
 class _NoFork(Exception):
@@ -218,17 +310,18 @@ _SERVER_LOCK = threading.Lock()
 _SERVER: dict = {}  # "server": the _ForkServer of this process, if one was started
 
 
-def _fork_server(env: dict):
-    """This process's fork server for workers with environment ``env`` (started on first use,
-    again when the environment changed or the server died); None when none can be started."""
+def _fork_server(env: dict, box=None):
+    """This process's fork server for workers with environment ``env`` in sandbox ``box`` (started on
+    first use, again when either changed or the server died); None when none can be started."""
     server = _SERVER.get("server")
-    if server is not None and (server.owner != os.getpid() or server.env != env or server.dead()):
+    if server is not None and (server.owner != os.getpid() or server.env != env or server.sandbox != box
+                               or server.dead()):
         if server.owner == os.getpid():
             server.close()
         server = None
     if server is None:
         try:
-            server = _SERVER["server"] = _ForkServer(env)
+            server = _SERVER["server"] = _ForkServer(env, box)
         except OSError:
             return None
     return server
@@ -252,14 +345,21 @@ class _ForkServer:
     """``python -I -m autograder.worker --serve``, started like a worker (same interpreter, flags and
     environment, own session), that forks one child per check (:func:`autograder.worker.serve`)."""
 
-    def __init__(self, env: dict):
-        self.env, self.owner = dict(env), os.getpid()
+    def __init__(self, env: dict, box=None):
+        self.env, self.owner, self.sandbox = dict(env), os.getpid(), box
+        # The server imports numpy and the grader with an empty home of its own (matplotlib, for one,
+        # reads its settings at import); each child then points the variables at its check's home.
+        self.home = tempfile.TemporaryDirectory(prefix="autograder-server-", ignore_cleanup_errors=True,
+                                                dir=box.scratch if box is not None else None)
+        server_env = {**env, **private_home(self.home.name)}
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
+            argv = [sys.executable, "-I", "-m", "autograder.worker", "--serve", str(theirs.fileno())]
+            if box is not None:  # the server and every check it forks live in the submission's sandbox
+                argv = sandbox_module.command(box, argv, env=server_env, cwd=box.scratch)
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-m", "autograder.worker", "--serve", str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, cwd="/", env=env, start_new_session=True)
+                argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, cwd="/", env=server_env, start_new_session=True)
 
     def dead(self) -> bool:
         return self.process.poll() is not None
@@ -271,12 +371,13 @@ class _ForkServer:
             self.process.kill()
         with contextlib.suppress(Exception):
             self.process.wait(timeout=5)
+        self.home.cleanup()
         if _SERVER.get("server") is self:
             del _SERVER["server"]
 
     def message(self, timeout: float | None) -> dict:
-        self.control.settimeout(timeout)
         try:
+            self.control.settimeout(timeout)
             data = self.control.recv(65536)
         except socket.timeout:
             raise
@@ -286,12 +387,12 @@ class _ForkServer:
             raise ServerGone("the fork server closed the connection")
         return json.loads(data)
 
-    def start(self, check_id: str, workdir: str, out, err, lock) -> "_ForkedWorker":
+    def start(self, check_id: str, workdir: str, home: dict, out, err, lock) -> "_ForkedWorker":
         stdin, request_pipe = os.pipe()
+        order = {"check_id": check_id, "cwd": workdir, "env": home}
         try:
             try:
-                socket.send_fds(self.control, [json.dumps({"check_id": check_id, "cwd": workdir}).encode()],
-                                [stdin, out.fileno(), err.fileno()])
+                socket.send_fds(self.control, [json.dumps(order).encode()], [stdin, out.fileno(), err.fileno()])
             except OSError as error:
                 raise ServerGone(str(error)) from None
             finally:
@@ -351,6 +452,18 @@ class _ForkedWorker:
         self._release()
         return self.returncode
 
+    def kill(self) -> None:
+        """Kill what the check left running.  Outside a sandbox: the child's process group.  In one, the
+        server's pids are the sandbox's own, so the server has already killed every other process there
+        once the check ended; a check still running (a timeout) takes the whole sandbox with it."""
+        if self.server.sandbox is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        elif self.returncode is None:
+            self.server.close()
+            self.returncode = -signal.SIGKILL
+            self._release()
+
     def finish(self) -> None:
         """After run_check: a worker whose end the server never reported (an exception in the
         grader) leaves the server out of step, so that server is not used again."""
@@ -377,7 +490,10 @@ def _tail(path: str, limit: int = 64 * 1024) -> bytes:
         return handle.read()
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def _kill_group(process) -> None:
+    if isinstance(process, _ForkedWorker):
+        process.kill()
+        return
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -385,9 +501,24 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 GRADER_FAULT = ("Сбой проверяющей системы, а не вашего решения: {what}. Эта проверка не оценена "
-                "(не ноль — просто нет оценки); запустите её ещё раз.")
+                "(не ноль — просто нет оценки). Что делать: перезапустите ядро ноутбука («Ядро» → «Перезапустить "
+                "ядро») и выполните ячейки заново; если сбой повторится, пришлите это сообщение целиком "
+                "преподавателю. При автопроверке курса такая работа остаётся непроверенной, пока её не перепроверят.")
 #: Below this much free space for temporary files a grader fault says how much is left.
 LOW_DISK_BYTES = 1024 * 2**20
+#: Where a worker lost before the student's code stopped, by the last stage it signed (worker.STAGE).
+LOST_AT = {None: "до чтения задания", "request": "при загрузке проверки",
+           "check": "при установке ограничений и защиты", "guard": "перед запуском вашего кода"}
+
+
+def damaged_byte_objects() -> list[int]:
+    """Byte values whose shared one-byte ``bytes`` object in this process no longer holds that byte.
+
+    CPython keeps one object per byte value (``b" "``, ``bytes([32])``, one-byte slices); a native library
+    that writes into it (NVRTC into ``b" " * 1``, the buffer of an empty log) changes it for the whole
+    process.  The grader does not rely on these objects; the message names them, since the rest of the
+    process (the student's own code) may."""
+    return [value for value in range(256) if bytes([value])[0] != value]
 
 
 def grader_fault(check, what: str, err: bytes = b"") -> CheckResult:
@@ -396,6 +527,11 @@ def grader_fault(check, what: str, err: bytes = b"") -> CheckResult:
     free = shutil.disk_usage(tempfile.gettempdir()).free
     if free < LOW_DISK_BYTES:
         message += f"\nНа диске для временных файлов ({tempfile.gettempdir()}) свободно {free / 2**20:.0f} МиБ."
+    damaged = damaged_byte_objects()
+    if damaged:
+        message += ("\nВ этом процессе испорчены общие однобайтовые объекты bytes (значения "
+                    + ", ".join(f"0x{v:02x}" for v in damaged[:8]) + "): их перезаписала нативная библиотека; "
+                    "перезапуск ядра их восстанавливает.")
     tail = err.decode("utf-8", "replace").strip()
     if tail:
         message += "\nПоследние строки вывода:\n" + shorten(tail[-800:], 800)
@@ -404,17 +540,27 @@ def grader_fault(check, what: str, err: bytes = b"") -> CheckResult:
     return CheckResult(check.id, check.title, check.points, False, message, grader_fault=True)
 
 
+def signed_lines(out: bytes, nonce: str) -> list[str]:
+    """The lines of a worker's reply file signed with ``nonce``, without the signature.
+
+    Decoded as text first: the signature is matched as a string, never built from one-byte ``bytes``
+    objects, which a native library in this process may have overwritten (:func:`damaged_byte_objects`)."""
+    marker = nonce + " "
+    return [line[len(marker):] for line in out.decode("ascii", "replace").splitlines() if line.startswith(marker)]
+
+
 def _parse_reply(check, returncode: int, nonce: str, out: bytes, err: bytes) -> CheckResult:
-    marker = nonce.encode("ascii") + b" "
-    lines = [line[len(marker):] for line in out.splitlines() if line.startswith(marker)]
+    lines = signed_lines(out, nonce)
     started = STARTED in lines  # the worker got as far as the student's code
-    replies = [line for line in lines if line != STARTED]
+    stages = [line[len(STAGE):] for line in lines if line.startswith(STAGE)]
+    replies = [line for line in lines if line != STARTED and not line.startswith(STAGE)]
     if not replies and not started:
-        return grader_fault(check, f"процесс проверки завершился с кодом {returncode}, не дойдя до вашего кода",
-                            err)
+        where = LOST_AT.get(stages[-1] if stages else None, "перед запуском вашего кода")
+        return grader_fault(check, f"процесс проверки завершился с кодом {returncode} {where}, не дойдя до "
+                                   "вашего кода", err)
     if returncode == 0 and replies:
         try:
-            reply = json.loads(replies[-1].decode("ascii"))
+            reply = json.loads(replies[-1])
             if reply.get("grader_fault") is True:
                 return grader_fault(check, str(reply["message"]))
             return CheckResult(check.id, check.title, check.points, reply["passed"] is True,
@@ -422,7 +568,7 @@ def _parse_reply(check, returncode: int, nonce: str, out: bytes, err: bytes) -> 
         except (ValueError, KeyError, TypeError):
             return CheckResult(check.id, check.title, check.points, False,
                                "Проверка вернула нечитаемый ответ (внутренняя ошибка проверки): "
-                               + shorten(replies[-1].decode("ascii", "replace"), 300))
+                               + shorten(replies[-1], 300))
     if returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
         what = {"SIGSEGV": "обращение к недопустимой памяти (segfault)",

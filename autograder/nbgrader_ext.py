@@ -21,9 +21,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import dataclasses
 import glob
 import json
 import os
+import shutil
 import tempfile
 
 from jupyter_client.utils import ensure_async
@@ -32,9 +34,12 @@ from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.converters import Autograde
+from nbgrader.converters.base import NbGraderException
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from traitlets import Float, Integer, List, Unicode
+from traitlets import Enum, Float, Integer, List, Unicode
 
+from . import isolation
+from . import sandbox as sandbox_module
 from . import submission
 from . import verdicts as verdicts_module
 from .cells import HIDDEN_BEGIN, HIDDEN_END, GradeCall, grade_id, hidden_lines, is_test_cell, parse_grade_cell
@@ -52,9 +57,30 @@ del _autograder_export
 KERNEL_SETUP_CODE = """\
 import autograder.guard as _autograder_guard
 _autograder_guard.install_kernel(memory_gib={memory!r}, secret_dirs={secret!r}, write_protected={protected!r},
-                                 submission_dir={submission!r})
+                                 submission_dir={submission!r}, processes={processes!r})
 del _autograder_guard
 """
+
+#: Said (and refused) when a class is to be graded without the OS sandbox (instructor-facing).
+SANDBOX_MISSING = ("Проверка класса остановлена: без песочницы bubblewrap код студента (ctypes, свой модуль на C, "
+                   "запуск процессов) может прочитать решения и скрытые тесты, изменить чужие оценки в gradebook "
+                   "и оставить код в домашней папке проверяющего. Причина: {why}. {hint} Осознанно проверять "
+                   "без песочницы (например, только свои работы): `course autograde --no-sandbox` или "
+                   "`nbgrader autograde ... --IsolatedExecute.sandbox=off`.")
+SANDBOX_OFF = "autograder: ВНИМАНИЕ: проверка идёт без песочницы (--no-sandbox): код студентов не изолирован от курса"
+
+
+class SandboxMissing(RuntimeError):
+    """The class was to be graded in the OS sandbox, and none can be made on this machine."""
+
+
+def require_sandbox(mode: str) -> bool:
+    """Check ``mode`` (IsolatedExecute.sandbox) against this machine: raise SandboxMissing for "required"
+    without bubblewrap; True when submissions will be sandboxed."""
+    ok, why = sandbox_module.status()
+    if mode == "required" and not ok:
+        raise SandboxMissing(SANDBOX_MISSING.format(why=why, hint=sandbox_module.INSTALL_HINT))
+    return mode != "off" and ok
 
 #: The export file is written by the student's kernel: never read more than this.
 MAX_EXPORT_BYTES = 512 * 2**20
@@ -217,14 +243,54 @@ class IsolatedExecute(Execute):
                  "had run are no longer replayed into the new kernel."
     ).tag(config=True)
 
+    sandbox = Enum(
+        ["required", "if-available", "off"], "required",
+        help="The OS sandbox (bubblewrap) around the student's kernel and every check: 'required' refuses to "
+             "grade where it cannot be made, 'if-available' (self-study) grades without it there, 'off' never "
+             "uses it (one warning line per run)."
+    ).tag(config=True)
+
     def preprocess(self, nb, resources=None, km=None):
         # The kernel starts in an empty folder and moves into the submission only once hardened:
         # a file beside the notebook (numpy.py, autograder.py, ipython_config.py) runs before
         # nothing and shadows nothing (guard.install_kernel).
         self._submission_dir = os.path.abspath((resources or {}).get("metadata", {}).get("path") or os.getcwd())
-        with tempfile.TemporaryDirectory(prefix="autograder-kernel-", ignore_cleanup_errors=True) as start:
-            self._kernel_start_dir = start
-            return self._preprocess(nb, resources, km)
+        use_sandbox = require_sandbox(self.sandbox)
+        scratch = tempfile.mkdtemp(prefix="autograder-sandbox-")
+        try:
+            self._scratch = scratch
+            self._kernel_start_dir = os.path.join(scratch, "start")
+            os.mkdir(self._kernel_start_dir)
+            self._box = self._make_sandbox(nb, scratch) if use_sandbox else None
+            nb.metadata.setdefault("autograder", {})["sandbox"] = (sandbox_module.status()[1] if self._box
+                                                                    else "off")
+            checks_box = None if self._box is None else dataclasses.replace(self._box, submission=None,
+                                                                             submission_copy=None)
+            with isolation.sandboxed(checks_box):
+                return self._preprocess(nb, resources, km)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _make_sandbox(self, nb, scratch: str) -> "sandbox_module.Sandbox":
+        """This submission's sandbox: the course (nbgrader runs from its root) and the folders the config
+        protects hidden; the kernel works in a private copy of the submission folder."""
+        copy = os.path.join(scratch, "submission")
+        shutil.copytree(self._submission_dir, copy, symlinks=True)
+        calls = [c for cell in nb.cells if is_test_cell(cell) for c in parse_grade_cell(cell.source) or []]
+        return sandbox_module.Sandbox(
+            scratch=scratch, hidden=(os.path.abspath(os.getcwd()), *(os.path.abspath(d) for d in self.protected_dirs)),
+            submission=self._submission_dir, submission_copy=copy,
+            gpu=any(get_check(c.check_id).needs_gpu for c in calls))
+
+    def create_kernel_manager(self):
+        if self._box is not None:
+            from .sandboxed_kernel import SandboxedKernelManager
+
+            self.kernel_manager_class = SandboxedKernelManager
+        km = super().create_kernel_manager()
+        if self._box is not None:
+            km.configure(self._box)
+        return km
 
     def _preprocess(self, nb, resources, km):
         self._output_bytes = {}  # cell index -> bytes of output received while it ran
@@ -247,7 +313,8 @@ class IsolatedExecute(Execute):
     async def async_start_new_kernel_client(self):
         kc = await super().async_start_new_kernel_client()
         code = KERNEL_SETUP_CODE.format(memory=self._kernel_memory, secret=self._secret_dirs,
-                                        protected=self._write_protected, submission=self._submission_dir)
+                                        protected=self._write_protected, submission=self._submission_dir,
+                                        processes=sandbox_module.process_limit() if self._box else None)
         reply = await self.async_wait_for_reply(kc.execute(code, silent=True, store_history=False))
         if not reply or reply["content"]["status"] != "ok":
             # Never grade with an unguarded kernel: the submission fails as a whole, and says why.
@@ -265,7 +332,8 @@ class IsolatedExecute(Execute):
             return await self._execute_or_recover(cell, cell_index, execution_count, store_history)
 
         names = sorted({n for call in calls for n in call.names})
-        with tempfile.TemporaryDirectory(prefix="autograder-export-", ignore_cleanup_errors=True) as folder:
+        with tempfile.TemporaryDirectory(prefix="autograder-export-", dir=self._scratch,
+                                         ignore_cleanup_errors=True) as folder:
             path = os.path.join(folder, "objects.json")
             source = cell.source
             cell.source = EXPORT_CODE.format(path=path, names=names)
@@ -435,6 +503,23 @@ class CourseAutograde(Autograde):
     * Student ids with glob characters (``[``, ``*``, ``?``) are found (nbgrader globs the
       submission folder's own path and finds nothing).
     """
+
+    def start(self) -> None:
+        """Refuse to grade without the sandbox unless told (IsolatedExecute.sandbox), before anything runs.
+        (A converter that runs no student code — course autograde's record of a notebook graded elsewhere,
+        parallel.ReplayAutograded — needs none.)"""
+        steps = self.config.Autograde.get("autograde_preprocessors") or autograde_preprocessors()
+        if not any(step is IsolatedExecute or step == f"{__name__}.IsolatedExecute" for step in steps):
+            return super().start()
+        mode = self.config.IsolatedExecute.get("sandbox", IsolatedExecute.class_traits()["sandbox"].default())
+        try:
+            require_sandbox(mode)
+        except SandboxMissing as error:
+            self.log.error("%s", error)
+            raise NbGraderException(str(error)) from None
+        if mode == "off":
+            self.log.warning(SANDBOX_OFF)
+        super().start()
 
     def init_notebooks(self) -> None:
         pattern = self._format_source(self.coursedir.assignment_id, self.coursedir.student_id)

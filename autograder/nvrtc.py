@@ -76,9 +76,11 @@ _NVRTC = _load_nvrtc()
 
 def _program_log(nvrtc, program) -> str:
     _, size = nvrtc.nvrtcGetProgramLogSize(program)
-    log = b" " * size
+    # A buffer of its own: ``b" " * size`` is, for an empty log (size 1), the one ``b" "`` object this
+    # process shares, and NVRTC writing its terminating zero there turns every b" " into b"\x00".
+    log = bytearray(size)
     nvrtc.nvrtcGetProgramLog(program, log)
-    return log.replace(b"\x00", b"").decode("utf-8", "replace").strip()
+    return bytes(log).replace(b"\x00", b"").decode("utf-8", "replace").strip()
 
 
 def compile_source(source: str, *, arch: str = ARCH, filename: str = "kernel.cu") -> CompileResult:

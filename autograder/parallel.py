@@ -183,13 +183,16 @@ def _last_error(done: dict) -> str:
 _WORKER: dict = {}
 
 
-def worker_config(course: CourseFolder, home: Path):
-    """The class course's nbgrader config, pointed at a worker's scratch course in ``home``.
+def worker_config(course: CourseFolder, home: Path, sandbox: str = "required"):
+    """The class course's nbgrader config, pointed at a worker's scratch course in ``home``, grading in
+    the OS sandbox as ``sandbox`` says (IsolatedExecute.sandbox).
 
     Student code there may not write into the class course either: the kernel guard protects
-    the scratch course (nbgrader's working folder) by itself, the class course only when told.
+    the scratch course (nbgrader's working folder) by itself, the class course only when told;
+    the sandbox hides both.
     """
     config = copy.deepcopy(course.config)
+    config.IsolatedExecute.sandbox = sandbox
     config.CourseDirectory.root = str(home)
     config.CourseDirectory.db_url = f"sqlite:///{home / 'gradebook.db'}"
     protected = list(config.IsolatedExecute.get("protected_dirs", []))
@@ -197,7 +200,7 @@ def worker_config(course: CourseFolder, home: Path):
     return config
 
 
-def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus) -> None:
+def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus, sandbox: str) -> None:
     """Worker process: its own scratch course with a private copy of the gradebook snapshot.
 
     It dies with the main process (PR_SET_PDEATHSIG) and then removes the scratch folder, which
@@ -219,7 +222,7 @@ def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus) -> No
     log = open(home / "nbgrader.log", "ab", buffering=0)
     os.dup2(log.fileno(), 1)  # nbgrader's log and the kernels' chatter, not the progress bar
     os.dup2(log.fileno(), 2)
-    mine = CourseFolder(home, worker_config(course, home))
+    mine = CourseFolder(home, worker_config(course, home, sandbox))
     shutil.copy(Path(scratch) / "gradebook.snapshot.db", home / "gradebook.db")
     for lesson in lessons:
         shutil.copytree(course.source(lesson), mine.source(lesson), dirs_exist_ok=True)
@@ -278,6 +281,7 @@ class Summary:
     anomalies: dict[Submission, list] = dataclasses.field(default_factory=dict)
     stopped: str = ""  # the signal that stopped the run early ("" when it ran to the end)
     not_started: int = 0
+    sandboxed: bool = True  # graded in the OS sandbox (False: --no-sandbox)
 
     @property
     def failed(self) -> list[Outcome]:
@@ -296,6 +300,8 @@ class Summary:
             done = len(self.outcomes) - len(self.failed)
             lines.append(f"Проверено и записано в gradebook: {done} из {len(self.outcomes)} "
                          f"за {self.seconds:.0f} с ({self.workers} проц.); уже проверенных пропущено: {self.skipped}.")
+        if not self.sandboxed and self.outcomes:
+            lines.append("  Без песочницы (--no-sandbox): код студентов выполнялся с правами проверяющего.")
         lines += [f"  НЕ ПРОВЕРЕНА {o.submission}: {o.error}" for o in self.failed]
         if any(o.log for o in self.failed):
             lines.append(f"  Журналы nbgrader этих работ — в {ERROR_LOGS}/.")
@@ -350,9 +356,16 @@ def _critical(state):
 def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int | None = None,
               force: bool = False, students: Iterable[str] = (), only_gpu: bool = False,
               skip_gpu: bool = False, shard_of: tuple[int, int] | None = None,
-              gpus: list[str] | None = None, progress: bool = True) -> Summary:
-    """Autograde the chosen submissions of the course in ``folder`` with ``workers`` processes."""
+              gpus: list[str] | None = None, progress: bool = True, sandbox: str = "required") -> Summary:
+    """Autograde the chosen submissions of the course in ``folder`` with ``workers`` processes, each
+    submission in the OS sandbox (``sandbox``: "required" refuses without bubblewrap, "off" grades
+    without it and says so)."""
+    from .nbgrader_ext import SANDBOX_OFF, require_sandbox
+
     started = time.monotonic()
+    require_sandbox(sandbox)  # SandboxMissing (a RuntimeError) before anything is touched
+    if sandbox == "off":
+        print(SANDBOX_OFF, file=sys.stderr)
     _use_nbgrader_env()
     course = load_course_folder(folder)
     require_gradebook(course)
@@ -361,7 +374,7 @@ def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int |
     if shard_of:
         submissions = shard(submissions, *shard_of)
     outcomes: list[Outcome] = []
-    summary = Summary(outcomes, 0, 0.0, 1)
+    summary = Summary(outcomes, 0, 0.0, 1, sandboxed=sandbox != "off")
     todo: list[Submission] = []
     with _stop_on_signals() as state:
         try:
@@ -370,7 +383,7 @@ def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int |
                 summary.skipped = len(submissions) - len(todo)
                 summary.workers = max(1, min(workers or len(gpus or []) or _cpus(), len(todo) or 1))
                 if todo:
-                    _grade_all(course, todo, summary, state, gpus, progress)
+                    _grade_all(course, todo, summary, state, gpus, progress, sandbox)
                 summary.anomalies = {o.submission: status_module.anomalies(course, o.submission.lesson,
                                                                           o.submission.student)
                                      for o in outcomes}
@@ -383,7 +396,8 @@ def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int |
     return summary
 
 
-def _grade_all(course: CourseFolder, todo: list[Submission], summary: Summary, state, gpus, progress) -> None:
+def _grade_all(course: CourseFolder, todo: list[Submission], summary: Summary, state, gpus, progress,
+               sandbox: str = "required") -> None:
     """Grade ``todo`` with a pool of workers; record each result as it comes (one writer).
 
     At most one submission per worker is in flight, so when a worker dies (the OOM killer, a
@@ -413,7 +427,7 @@ def _grade_all(course: CourseFolder, todo: list[Submission], summary: Summary, s
                         queue.put(gpus[index % len(gpus)])
                 pool = concurrent.futures.ProcessPoolExecutor(
                     summary.workers, mp_context=context, initializer=_start_worker,
-                    initargs=(str(course.root), str(scratch), sorted({s.lesson for s in todo}), queue))
+                    initargs=(str(course.root), str(scratch), sorted({s.lesson for s in todo}), queue, sandbox))
                 running: dict = {}
                 broken = False
                 while (waiting or running) and not broken:

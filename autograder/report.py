@@ -57,6 +57,7 @@ class LessonStats:
     blank: tuple[str, ...] = ()  # students who left every answer cell as released
     ungraded: tuple[tuple[str, str], ...] = ()  # (student, why): submitted, could not be graded
     not_submitted: tuple[str, ...] = ()  # students of the gradebook without a submission
+    unsandboxed: tuple[str, ...] = ()  # graded without the OS sandbox (--no-sandbox, or an older grader)
 
     @property
     def students(self) -> int:
@@ -109,7 +110,7 @@ def collect(course: CourseFolder, lesson: str) -> LessonStats:
     named: dict[str, set[str]] = collections.defaultdict(set)
     named_in: dict[str, set[str]] = collections.defaultdict(set)
     unread = 0
-    blank = []
+    blank, unsandboxed = [], []
     ungraded: list[tuple[str, str]] = []
     with quiet(), Gradebook(course.coursedir().db_url) as gradebook:
         assignment = gradebook.find_assignment(lesson)
@@ -146,7 +147,10 @@ def collect(course: CourseFolder, lesson: str) -> LessonStats:
             if not notebooks:
                 unread += 1
             for path in notebooks:
-                for cell in nbformat.read(path, as_version=4).cells:
+                graded = nbformat.read(path, as_version=4)
+                if graded.metadata.get("autograder", {}).get("sandbox", "off") == "off":
+                    unsandboxed.append(student)
+                for cell in graded.cells:
                     grade_id = cells.grade_id(cell)
                     found = verdicts.of_cell(cell)
                     if grade_id not in points or not found:
@@ -162,7 +166,7 @@ def collect(course: CourseFolder, lesson: str) -> LessonStats:
     mistakes = tuple(sorted((MistakeStats(lesson, m, tuple(sorted(s)), tuple(sorted(named_in[m])))
                              for m, s in named.items()), key=lambda m: (-len(m.students), m.mistake)))
     return LessonStats(lesson, max_score, totals, checks, mistakes, unread, tuple(blank),
-                       tuple(ungraded), tuple(not_submitted))
+                       tuple(ungraded), tuple(not_submitted), tuple(sorted(set(unsandboxed))))
 
 
 def class_stats(folder: Path | str, lessons: Iterable[str] = (), *, only_gpu: bool = False,
@@ -260,6 +264,8 @@ def context(lessons: list[LessonStats], course_name: str = "") -> dict:
                       "lesson": m.lesson} for m in mistakes[:5]],
         "ungraded": [{"lesson": stats.lesson, "student": student, "why": why}
                      for stats in lessons for student, why in stats.ungraded],
+        "unsandboxed": [{"lesson": stats.lesson, "student": student}
+                        for stats in lessons for student in stats.unsandboxed],
         "graded": sum(stats.students for stats in lessons),
         "overview": overview,
         "lessons": [{

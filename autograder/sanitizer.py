@@ -74,7 +74,9 @@ def sanitize(function, inputs: str, case: dict, *, tool: str = "racecheck", time
                                      write_protected=(folder,), launcher=launcher)
         log = open(log_path, encoding="utf-8", errors="replace").read() if os.path.exists(log_path) else ""
     if result.grader_fault:
-        raise GraderFault(f"запуск под compute-sanitizer --tool {tool} не дошёл до вашего кода. {result.message}")
+        said = shorten(log.strip()[-600:], 600) if log.strip() else "(журнал compute-sanitizer пуст)"
+        raise GraderFault(f"запуск под compute-sanitizer --tool {tool} не дошёл до вашего кода. {result.message}\n"
+                          f"Журнал compute-sanitizer:\n{said}")
     errors = warnings = 0
     summaries = _SUMMARY.findall(log)
     for kind, total, errs, warns in summaries:

@@ -10,6 +10,13 @@ The reply line starts with a nonce that only the grader and this module's ``main
 (student code may not reach frames or the garbage collector), and it is encoded with C
 functions bound before student code ran: a student who writes a forged verdict to the output,
 or patches ``json``, does not pass.
+
+Every line is built as text and encoded whole, never from one-byte ``bytes`` constants such as
+``b" "``: CPython shares one object per byte value across the process, and a native library that
+writes into it (NVRTC does, given ``b" " * 1`` as the buffer of an empty log) changes every such
+constant at once.  Before the student's code the worker signs the stage it reached (``stage
+request``, ``stage check``, ``stage guard``), and a grader error on the way is a signed grader-fault
+reply with its cause: a worker never ends silently before the student's code.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ import json
 import json.encoder
 import os
 import pickle
+import signal
 import sys
 import tempfile
 
@@ -26,13 +34,20 @@ _quote = json.encoder.encode_basestring_ascii
 _exit = os._exit
 
 #: The line (after the nonce) that says the student's code is about to run.
-STARTED = b"started"
+STARTED = "started"
+#: The lines before it: how far a worker got (``stage request``, ``stage check``, ``stage guard``).
+STAGE = "stage "
 
 #: A check's scratch and output files are capped: a student printing forever fills no disk.
 FILE_LIMIT_MIB = 64
 
 
-def _reply(fd: int, nonce: bytes, passed: bool, message: str, mistake, not_started=False,
+def _line(fd: int, nonce: str, text: str) -> None:
+    """One signed line; ``text`` is ASCII.  Built as one string, encoded once (see the module's docstring)."""
+    _write(fd, ("\n%s %s\n" % (nonce, text)).encode("ascii"))
+
+
+def _reply(fd: int, nonce: str, passed: bool, message: str, mistake, not_started=False,
            grader_fault=False) -> None:
     text = '{"passed": %s, "message": %s, "mistake": %s, "not_started": %s, "grader_fault": %s}' % (
         "true" if passed is True else "false",
@@ -40,7 +55,7 @@ def _reply(fd: int, nonce: bytes, passed: bool, message: str, mistake, not_start
         _quote(mistake) if type(mistake) is str else "null",
         "true" if not_started is True else "false",
         "true" if grader_fault is True else "false")
-    _write(fd, b"\n" + nonce + b" " + text.encode("ascii") + b"\n")
+    _line(fd, nonce, text)
 
 
 def _die_with_parent() -> None:
@@ -60,27 +75,25 @@ def _die_with_parent() -> None:
 def main() -> None:
     _die_with_parent()
     request = pickle.loads(sys.stdin.buffer.read())
-    nonce = request.pop("nonce").encode("ascii")
+    nonce = request.pop("nonce")
     sys.dont_write_bytecode = True
     reply_fd = os.dup(1)
-    output_path = request.pop("output_path", None)  # the grader quotes its end when no verdict comes
-    output = open(output_path, "w+b") if output_path else tempfile.TemporaryFile()
-    os.dup2(output.fileno(), 1)
-    os.dup2(output.fileno(), 2)
-    sys.stdout = sys.stderr = open(output.fileno(), "w", closefd=False)
+    _line(reply_fd, nonce, STAGE + "request")
+    try:
+        check, guard, errors = _prepare(request, reply_fd, nonce)
+    except BaseException as error:  # noqa: BLE001 - the grader's own failure, before any student code
+        import traceback
 
-    from autograder import guard
-    from autograder.core import CheckFailed, GraderFault, get_check, shorten
-
-    check = get_check(request["check_id"])
-    guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB)
-    guard.install(gpu=check.needs_gpu, secret_dirs=request.get("secret_dirs", ()),
-                  write_protected=request.get("write_protected", ()))
+        where = "".join(traceback.format_exception(type(error), error, error.__traceback__)[-3:])
+        _reply(reply_fd, nonce, False, f"исполнитель проверки не запустился: {type(error).__name__}: {error}\n"
+               f"{where.strip()[-600:]}", None, grader_fault=True)
+        _exit(0)
+    CheckFailed, GraderFault, shorten = errors
     passed, message, mistake, not_started, fault = False, "", None, False, False
     if os.environ.get("AUTOGRADER_INJECT_WORKER_FAULT") == request["check_id"]:
         _exit(0)  # fault injection (tests/test_class_faults.py): a worker lost before the student's code
     # From here on the student's code may end the process; before it, a missing verdict is the grader's.
-    _write(reply_fd, b"\n" + nonce + b" " + STARTED + b"\n")
+    _line(reply_fd, nonce, STARTED)
     try:
         try:
             with guard.student_code():
@@ -106,16 +119,40 @@ def main() -> None:
     except guard.Tampering as error:
         message = f"Нарушение правил проверки: {error}."
     except BaseException as error:  # a bug of the check itself must still say something
+        denied = guard.refused_to_grader(error)
         try:
             name, text = guard.describe(error)
         except guard.Tampering as tampering:
             name, text = "Tampering", str(tampering)
-        message = f"Внутренняя ошибка проверки: {name}: {shorten(text, 500)}"
+        if denied:  # the guard stopped the check's own code: the grader's defect, not the student's
+            message, fault = f"защита проверки запретила действие самой проверки: {denied}", True
+        else:
+            message = f"Внутренняя ошибка проверки: {name}: {shorten(text, 500)}"
     tampering = guard.verify()
     if tampering:
-        passed, message, mistake, not_started = False, f"Нарушение правил проверки: {tampering}.", None, False
+        passed, message, mistake, not_started, fault = False, f"Нарушение правил проверки: {tampering}.", None, False, False
     _reply(reply_fd, nonce, passed, message, mistake, not_started, fault)
     _exit(0)  # skip interpreter teardown: student objects may have hostile finalisers
+
+
+def _prepare(request: dict, reply_fd: int, nonce: str):
+    """The grader's part before any student code: output files, the check, limits, the guard."""
+    output_path = request.pop("output_path", None)  # the grader quotes its end when no verdict comes
+    with open(output_path, "w+b") if output_path else tempfile.TemporaryFile() as output:
+        os.dup2(output.fileno(), 1)
+        os.dup2(output.fileno(), 2)
+    sys.stdout = sys.stderr = open(1, "w", closefd=False)
+
+    from autograder import guard
+    from autograder.core import CheckFailed, GraderFault, get_check, shorten
+
+    check = get_check(request["check_id"])
+    _line(reply_fd, nonce, STAGE + "check")
+    guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB, request.get("max_processes"))
+    guard.install(gpu=check.needs_gpu, secret_dirs=request.get("secret_dirs", ()),
+                  write_protected=request.get("write_protected", ()))
+    _line(reply_fd, nonce, STAGE + "guard")
+    return check, guard, (CheckFailed, GraderFault, shorten)
 
 
 # --- the fork server -------------------------------------------------------------------------
@@ -142,6 +179,7 @@ def serve(control_fd: int) -> None:
     import socket
     serving = tuple(set(sys.modules) - before)  # what only serving needs: gone again in each child
     start = os.getcwd()
+    sandboxed = os.environ.get("AUTOGRADER_SANDBOXED") == "1"
 
     control = socket.socket(fileno=control_fd)
     me = str(os.getpid())
@@ -165,7 +203,7 @@ def serve(control_fd: int) -> None:
         ready, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _child(order["cwd"], fds, me, serving, start)
+            _child(order["cwd"], order.get("env", {}), fds, me, serving, start)
         os.close(ready_w)
         for fd in fds:
             os.close(fd)
@@ -173,17 +211,35 @@ def serve(control_fd: int) -> None:
         os.close(ready)
         control.send(json.dumps({"pid": pid}).encode())
         _, status = os.waitpid(pid, 0)
+        if sandboxed:
+            _kill_the_rest()
         control.send(json.dumps({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)}).encode())
 
 
-def _child(cwd: str, fds: list[int], server: str, serving: tuple, start: str) -> None:
-    """In the forked child: become a fresh worker's process, then run :func:`main`."""
+def _kill_the_rest() -> None:
+    """In a sandbox (its own PID namespace) after a check: kill every process but bubblewrap's init and
+    this server — whatever the check's code left running, daemons that left its session included."""
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in (1, me):
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _child(cwd: str, env: dict, fds: list[int], server: str, serving: tuple, start: str) -> None:
+    """In the forked child: become a fresh worker's process, then run :func:`main`.
+
+    ``env`` is what differs from the server's environment for this check: its own empty home and caches.
+    """
     try:
         os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the control socket and the ready pipe too
         os.chdir(cwd)
+        os.environ.update(env)
         os.environ["AUTOGRADER_PARENT"] = server
         del sys.argv[1:]
         for name in serving:

@@ -1,0 +1,207 @@
+"""Does the OS sandbox (autograder/sandbox.py) show a check only what it may see, and does grading refuse
+to run without it where it must?  (The class-wide attacks: tests/test_sandbox_attacks.py.)"""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from autograder import course, isolation, sandbox
+from autograder.isolation import run_check
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_bwrap = pytest.mark.skipif(not sandbox.available(), reason="see tests/test_sandbox_attacks.py::"
+                                                                 "test_the_sandbox_is_available")
+LESSON = "02_fused_rmsnorm"
+
+#: A student function that reports what its process sees, through the check's message.
+LOOK_AROUND = """
+def fused_rms_norm(x, w, eps=1e-6):
+    import os, socket
+    def visible(path):
+        try:
+            return sorted(os.listdir(path))
+        except OSError as error:
+            return type(error).__name__
+    try:
+        socket.create_connection(("127.0.0.1", PORT), timeout=2)
+        net = "connected"
+    except OSError as error:
+        net = type(error).__name__
+    facts = {"course": visible(COURSE), "home": visible(HOME), "secret_env": os.environ.get("COURSE_SECRET_TOKEN"),
+             "pids": len([p for p in os.listdir("/proc") if p.isdigit()]), "net": net,
+             "package": os.path.isdir(PACKAGE), "write_course": None}
+    try:
+        open(os.path.join(COURSE, "x"), "w")
+        facts["write_course"] = "written"
+    except OSError as error:
+        facts["write_course"] = type(error).__name__
+    raise ValueError("FACTS" + repr(facts) + "FACTS")
+"""
+
+
+def student(source: str, name: str = "fused_rms_norm", **constants):
+    namespace = {"__name__": "__main__", "np": np, **constants}
+    exec(compile(textwrap.dedent(source), "<student>", "exec"), namespace)
+    return namespace[name]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("fork", [None, False], ids=["forked", "new process"])
+def test_a_sandboxed_check_sees_neither_the_course_nor_the_home_nor_the_network(tmp_path, monkeypatch, fork):
+    course_dir, home = tmp_path / "course", Path(os.path.expanduser("~"))
+    (course_dir / "solutions").mkdir(parents=True)
+    monkeypatch.setenv("COURSE_SECRET_TOKEN", "do-not-leak")
+    listener = __import__("socket").create_server(("127.0.0.1", 0))
+    function = student(LOOK_AROUND, COURSE=str(course_dir), HOME=str(home), PORT=listener.getsockname()[1],
+                       PACKAGE=os.path.dirname(isolation.__file__))
+    scratch = tempfile.mkdtemp(prefix="autograder-sandbox-")
+    with isolation.sandboxed(sandbox.Sandbox(scratch=scratch, hidden=(str(course_dir),))):
+        result = run_check("lesson02.equivalence", [cloudpickle.dumps(function)], fork=fork)
+    facts = ast.literal_eval(result.message.split("FACTS")[1])
+    assert facts["course"] == [], facts
+    needed = sandbox.needed_paths()  # the home shows only the way to what the grader's programs need (a pyenv)
+    assert all(any(p.startswith(os.path.join(str(home), entry)) for p in needed) for entry in facts["home"]), facts
+    assert facts["secret_env"] is None and facts["net"] == "ConnectionRefusedError", facts
+    assert facts["write_course"] in ("OSError", "PermissionError"), facts  # read-only, empty
+    assert facts["package"] and facts["pids"] <= 3, facts  # bubblewrap's init, (the server,) the check
+
+
+@needs_bwrap
+def test_a_gpu_check_in_the_sandbox_without_a_gpu_still_says_it_needs_one(tmp_path):
+    from autograder.lessons import lesson06_cuda_basics  # noqa: F401 - registers lesson06.*
+
+    scratch = tempfile.mkdtemp(prefix="autograder-sandbox-")
+    with isolation.sandboxed(sandbox.Sandbox(scratch=scratch)):
+        result = isolation.run_check("lesson06.scale_add", [cloudpickle.dumps(
+            student("def scale_add_gpu(a, x, y):\n    return a * x + y\n", "scale_add_gpu"))])
+    if not result.passed:
+        assert not result.grader_fault and result.message.startswith("нужен GPU"), result.message
+
+
+LEAVES_A_DAEMON = """
+def fused_rms_norm(x, w, eps=1e-6):
+    import _posixsubprocess, os, sys
+    rd, wr = os.pipe()
+    argv = [sys.executable.encode(), b"-c", b"import time; time.sleep(600)  # MARKER"]
+    common = (argv, [argv[0]], True, (), None, None, -1, -1, -1, -1, -1, -1, rd, wr, True, True)
+    try:
+        _posixsubprocess.fork_exec(*common, -1, None, None, None, -1, None, False)
+    except TypeError:
+        _posixsubprocess.fork_exec(*common, -1, None, None, None, -1, None)
+    x64 = x.astype(np.float64)
+    return (x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w).astype(x.dtype)
+"""
+
+
+def marked_processes(marker: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            if name.isdigit() and marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                found.append(int(name))
+        except OSError:
+            pass
+    return found
+
+
+@needs_bwrap
+def test_what_a_forked_check_leaves_running_in_the_sandbox_dies_with_the_check():
+    """A daemon in its own session (out of reach of the check's process group) is killed once the check ends,
+    and a check that times out takes the whole sandbox with it; the next check runs."""
+    marker = f"MARKER{os.getpid()}"
+    function = student(LEAVES_A_DAEMON.replace("MARKER", marker))
+    scratch = tempfile.mkdtemp(prefix="autograder-sandbox-")
+    with isolation.sandboxed(sandbox.Sandbox(scratch=scratch)):
+        result = run_check("lesson02.zeros", [cloudpickle.dumps(function)])
+        assert result.passed, result.message
+        time.sleep(0.5)
+        assert marked_processes(marker) == []
+        hang = student("def fused_rms_norm(x, w, eps=1e-6):\n    while True:\n        pass\n")
+        try:
+            assert "не завершилась за 2 с" in run_check("lesson02.equivalence", [cloudpickle.dumps(hang)],
+                                                        timeout_s=2).message
+        finally:
+            isolation._HUNG.clear()
+        assert run_check("lesson02.zeros", [cloudpickle.dumps(student(LEAVES_A_DAEMON.replace("MARKER", marker)))]).passed
+
+
+def test_the_sandbox_command_hides_the_course_and_home_and_passes_no_stray_environment(tmp_path):
+    box = sandbox.Sandbox(scratch=str(tmp_path / "scratch"), hidden=(str(tmp_path / "course"),),
+                          submission=str(tmp_path / "course" / "autograded" / "s" / "l"),
+                          submission_copy=str(tmp_path / "copy"))
+    for folder in ("scratch", "course", "copy"):
+        (tmp_path / folder).mkdir()
+    if sandbox.bwrap_path() is None:
+        pytest.skip("no bwrap to build a command for")
+    argv = sandbox.command(box, ["python3"], env={"PATH": "/usr/bin", "HOME": "/h", "AWS_SECRET_ACCESS_KEY": "x",
+                                                  "CUDA_VISIBLE_DEVICES": "0"}, cwd=str(tmp_path / "scratch"))
+    pairs = list(zip(argv, argv[1:], argv[2:]))
+    assert ("--tmpfs", str(tmp_path / "course"), "--ro-bind") in pairs or ["--tmpfs", str(tmp_path / "course")] \
+        == argv[argv.index(str(tmp_path / "course")) - 1:argv.index(str(tmp_path / "course")) + 1]
+    assert "--remount-ro" in argv and str(tmp_path / "course") in argv[argv.index("--remount-ro") + 1:]
+    assert ("--bind", str(tmp_path / "copy"), box.submission) in pairs
+    assert "AWS_SECRET_ACCESS_KEY" not in argv and "CUDA_VISIBLE_DEVICES" in argv
+    assert os.path.realpath(os.path.expanduser("~")) in argv  # the grader's home: hidden
+    assert not any(a.startswith("/dev/nvidia") for a in argv)  # no GPU asked: no device nodes
+    for flag in ("--unshare-all", "--die-with-parent", "--new-session", "--clearenv"):
+        assert flag in argv
+
+
+# --- refusing to grade a class without it -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def class_course(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("refuse")
+    root = course.new_course(folder / "course", only=[LESSON])
+    course.write_submissions(root, LESSON, {"s1": course.fill_answers(LESSON, course.reference_answers(LESSON))})
+    course.nbgrader_batch([("generate_assignment", LESSON, "--force")], cwd=root, scratch=True)
+    return root
+
+
+def without_bwrap() -> dict:
+    return {**course.nbgrader_env(), sandbox.BWRAP_ENV: "/nonexistent/bwrap"}
+
+
+def test_nbgrader_autograde_refuses_a_class_without_the_sandbox_and_says_how_to_install_it(class_course):
+    done = subprocess.run([sys.executable, "-m", "autograder.nbgrader_batch",
+                           '[["autograde", "%s", "--force"]]' % LESSON], cwd=class_course, env=without_bwrap(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "Проверка класса остановлена" in done.stderr and "apt-get install bubblewrap" in done.stderr, done.stderr
+    assert not (class_course / "autograded" / "s1").exists()
+
+
+def test_course_autograde_refuses_without_the_sandbox_and_grades_with_one_warning_when_told(class_course):
+    command = [str(Path(sys.executable).parent / "course"), "autograde", LESSON, "--workers", "1", "--force"]
+    refused = subprocess.run(command, cwd=class_course, env=without_bwrap(), capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "Проверка класса остановлена" in refused.stderr, refused.stderr
+    done = subprocess.run([*command, "--no-sandbox"], cwd=class_course, env=without_bwrap(), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("без песочницы") == 1, done.stderr
+    assert "Без песочницы (--no-sandbox)" in done.stdout, done.stdout
+    from autograder import report
+
+    page = report.render(report.class_stats(class_course))
+    assert "Проверены без песочницы (1)" in page
+
+
+def test_course_grade_of_ones_own_notebook_goes_on_without_the_sandbox_with_one_line(tmp_path):
+    import nbformat
+
+    notebook = tmp_path / f"{LESSON}.ipynb"
+    nbformat.write(course.fill_answers(LESSON, course.reference_answers(LESSON)), notebook)
+    done = subprocess.run([str(Path(sys.executable).parent / "course"), "grade", str(notebook)], cwd=tmp_path,
+                          env=without_bwrap(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("Без песочницы bubblewrap") == 1 and "12 из 12" in done.stdout, done.stdout
