@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import resource
+import re
 import statistics
 import subprocess
 import sys
@@ -73,6 +74,12 @@ def grade_once(lesson: str) -> dict:
                     os.environ[key] = value
         spans = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return {**summarise(lesson, total, spans, grades), "cpu": cpu}
+
+
+def cli_score(total: str) -> float | None:
+    """The score in `course grade`'s last line, bonus included: "ИТОГО: 12 из 12 и бонус +3" -> 15."""
+    found = re.fullmatch(r"ИТОГО: ([\d.]+) из [\d.]+(?: и бонус \+([\d.]+))?", total.strip())
+    return float(found[1]) + float(found[2] or 0) if found else None
 
 
 def cli_once(lesson: str) -> tuple[float, str]:
@@ -203,7 +210,7 @@ def main() -> int:
             failed |= rows[-1]["score"] != rows[-1]["max_score"]
             if args.cli:
                 rows[-1]["cli"], rows[-1]["cli_total"] = cli_once(lesson)
-                failed |= rows[-1]["cli_total"] != f"ИТОГО: {rows[-1]['score']:g} из {rows[-1]['max_score']:g}"
+                failed |= cli_score(rows[-1]["cli_total"]) != rows[-1]["score"]
         runs.append(rows)
         print(f"\nrun {run + 1} of {args.repeat}\n{table(rows)}", flush=True)
         for r in rows[: len(rows) if args.cells else 0]:
