@@ -28,6 +28,9 @@ c.Autograde.autograde_preprocessors = autograde_preprocessors()
 # The student's kernel under autograde: an allocation beyond this many GiB is a MemoryError (not
 # the OOM killer); a kernel that dies or hangs is restarted and the rest of the notebook graded.
 c.IsolatedExecute.kernel_memory_limit_gib = 8
+# Every submission is graded in its own OS sandbox (bubblewrap; autograder/sandbox.py): without one this
+# machine refuses to grade. "off" grades without it (your own notebooks only); `course autograde --no-sandbox`.
+c.IsolatedExecute.sandbox = "required"
 # Ordinary cells: a cell still running after 120 s is interrupted and the rest is graded.
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True
