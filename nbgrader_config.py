@@ -5,7 +5,7 @@ Every nbgrader command run from this folder reads this file (run them through `m
 """
 import os
 
-from autograder.nbgrader_ext import (autograde_preprocessors, feedback_preprocessors, sanitize_preprocessors,
+from autograder.nbgrader.ext import (autograde_preprocessors, feedback_preprocessors, sanitize_preprocessors,
                                      use_course_autograde)
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
@@ -46,7 +46,7 @@ use_course_autograde()
 
 # `nbgrader export`: a status column (не сдана / сдана, не проверена / проверена) and no 0.0 for
 # work that could not be graded (autograder/grades_csv.py).
-c.ExportApp.plugin_class = "autograder.grades_csv.CourseCsvExport"
+c.ExportApp.plugin_class = "autograder.course.export_csv.CourseCsvExport"
 
 # `nbgrader generate_feedback`: hidden tests and their cases stay hidden; each check shown once;
 # long lines wrap (autograder/feedback_style.py).

@@ -2,19 +2,19 @@
 
 In the student's kernel (running a cell or pressing Validate) it packs the objects, runs the
 check in a worker and shows the verdict: a line on stdout and the score as the cell's value,
-or a :class:`~autograder.core.CheckFailed` with the message.  Under ``nbgrader autograde`` the
-cell is not run like this at all: :mod:`autograder.nbgrader_ext` reads the call from the cell's
+or a :class:`~autograder.checks.core.CheckFailed` with the message.  Under ``nbgrader autograde`` the
+cell is not run like this at all: :mod:`autograder.nbgrader.ext` reads the call from the cell's
 source and runs the same check from the grader's own process.
 """
 from __future__ import annotations
 
-from .core import CheckFailed, CheckResult, format_points, skipped_bonus, skipped_bonus_line
-from .isolation import PayloadError, pack, run_check
+from .checks.core import CheckFailed, CheckResult, format_points, skipped_bonus, skipped_bonus_line
+from .isolation.run import PayloadError, pack, run_check
 
 
 def run(check_id: str, *objects, cases: list | None = None) -> CheckResult:
     """Run a check on the given objects and return its result (no printing, no raising)."""
-    from .core import get_check
+    from .checks.core import get_check
 
     try:
         payloads = pack(list(objects))

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from autograder import course  # noqa: E402
+from autograder.course import paths as course  # noqa: E402
 
 LESSON = "02_fused_rmsnorm"
 

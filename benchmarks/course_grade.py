@@ -1,6 +1,6 @@
 """Where `course grade` spends its time: each CPU lesson's reference answers, graded as `course grade` does.
 
-For every lesson that needs no GPU (``autograder.course.lessons()`` minus ``is_gpu_lesson``), the
+For every lesson that needs no GPU (``autograder.course.paths.lessons()`` minus ``is_gpu_lesson``), the
 student notebook filled with the reference answers is graded by ``autograder.course.autograde``
 (what ``course grade NOTEBOOK`` runs) in a scratch course.  The timing comes from the outside:
 ``benchmarks/course_grade_probe/sitecustomize.py`` is put on PYTHONPATH for the processes that
@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = Path(__file__).resolve().parent / "course_grade_probe"
 
-from autograder import course  # noqa: E402
+from autograder.course import paths as course  # noqa: E402
 
 COLUMNS = ("total", "nbgrader", "generate", "kernel", "cells", "checks", "other")
 

@@ -119,7 +119,7 @@ def torch_baselines(q, k, v, table, L: int, dtype_name: str) -> dict:
 
 def check_correctness(ns: dict) -> list[str]:
     """The kernel against the grader's float64 oracle on the lesson's hard cases (stale NaN pages included)."""
-    from autograder.lessons.lesson11_flash_decoding import GPU_SPLITS, GPU_VISIBLE, make_case, oracle
+    from autograder.lessons.lesson11.checks import GPU_SPLITS, GPU_VISIBLE, make_case, oracle
 
     lines = []
     keys = ("B", "Hq", "Hkv", "d", "page_size", "lengths", "seed", "shared", "q_scale", "keys_away", "stale_nan")

@@ -24,8 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder import course, reference  # noqa: E402
-from autograder.lessons.lesson05_flash_attention import naive_attention  # noqa: E402
+from autograder.course import paths as course
+from autograder.checks import reference  # noqa: E402
+from autograder.lessons.lesson05.checks import naive_attention  # noqa: E402
 
 MiB = 2**20
 

@@ -22,7 +22,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder import cells, course  # noqa: E402
+from autograder.nbgrader import cells
+from autograder.course import paths as course  # noqa: E402
 
 #: What section 8 of lesson 10 needs, by the names its cells define.
 NEEDED = ("F8 =", "def quantize_per_tensor", "def dequantize", "def quantize_per_block", "def random_hadamard",

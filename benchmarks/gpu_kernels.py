@@ -557,7 +557,7 @@ def main(argv=None) -> int:
     lesson08 = load_answers("08_cupy_flash_attention", dict(namespace))
     flash, flash_step1 = lesson08["flash_attention_fast_gpu"], lesson08["flash_attention_gpu"]
     sys.path.insert(0, str(ROOT))
-    from autograder import cuda_basics
+    from autograder.lessons.lesson06 import cuda_basics
     timer = Timer(cp, torch)
     rms_shapes = [(4096, 1024)] if args.quick else RMS_SHAPES
     attention_shapes = [(4, 1024, 64, False), (4, 1024, 64, True)] if args.quick else ATTENTION_SHAPES

@@ -106,7 +106,7 @@ def variant_source() -> tuple[str, dict]:
 
 def compile_report() -> int:
     sys.path.insert(0, str(ROOT))
-    from autograder.nvrtc import compile_source
+    from autograder.gpu.nvrtc import compile_source
     body, names = variant_source()
     kernels = {name: (br, bc, d, st, pad) for (v, d), (name, br, bc, nt, st, pad) in names.items()}
     kernels.update({f"flash_attention_tc_d{d}": (128, 64, d, 2) for d in (64, 128)})

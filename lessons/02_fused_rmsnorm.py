@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import tracemalloc
 
 from autograder import grade
-from autograder.plots import measure_peaks, plot_peaks, MiB
+from autograder.lessons.plots import measure_peaks, plot_peaks, MiB
 
 # %% [markdown]
 # ## 1. Почему RMSNorm упирается в память

@@ -26,7 +26,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 
 from autograder import grade
-from autograder.plots import measure_peaks, plot_peaks, MiB
+from autograder.lessons.plots import measure_peaks, plot_peaks, MiB
 
 
 def swiglu_ref(x, W_gate, W_up):

@@ -33,8 +33,8 @@ import matplotlib.pyplot as plt
 import tracemalloc
 
 from autograder import grade
-from autograder.plots import measure_peaks, plot_peaks, MiB
-from autograder.tracing import observe_tiles, plot_tiles
+from autograder.lessons.plots import measure_peaks, plot_peaks, MiB
+from autograder.lessons.lesson05.tracing import observe_tiles, plot_tiles
 
 # %% [markdown]
 # ## 1. Сколько стоит $S$

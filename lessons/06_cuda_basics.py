@@ -51,8 +51,8 @@ except ImportError:   # нет CuPy: ядра всё равно компилир
     cp = None
 
 from autograder import grade
-from autograder.gpu import gpu_status
-from autograder import cuda_basics as cb
+from autograder.gpu.runtime import gpu_status
+from autograder.lessons.lesson06 import cuda_basics as cb
 cb.describe_gpu()
 
 # %% [markdown]

@@ -51,7 +51,7 @@ except ImportError:   # нет CuPy: ядро всё равно компилир
     cp = None
 
 from autograder import grade
-from autograder.gpu import describe_gpu, gpu_status
+from autograder.gpu.runtime import describe_gpu, gpu_status
 print(describe_gpu())
 
 # %% [markdown]

@@ -49,7 +49,7 @@ except ImportError:   # нет CuPy: ядро всё равно компилир
     cp = None
 
 from autograder import grade
-from autograder.gpu import describe_gpu, gpu_status
+from autograder.gpu.runtime import describe_gpu, gpu_status
 print(describe_gpu())
 
 # %% [markdown] id="8134e96e"
@@ -84,7 +84,7 @@ print(describe_gpu())
 # разделяемой памяти всего блока; заштрихованные тайлы блок пропускает.
 
 # %% id="a9509762"
-from autograder import cuda_basics as cb
+from autograder.lessons.lesson06 import cuda_basics as cb
 cb.plot_flash_ownership(n=12, rows_per_block=4, kv_tile=4, causal=True)
 plt.show()
 
@@ -729,7 +729,7 @@ def flash_attention_fast_gpu(Q, K, V, causal=False, tile_counter=None):
 # Отзыв о шаге 2 (не оценивается): совпадение с шагом 1 и время на вашем GPU. Без GPU ячейка ничего не делает.
 
 # %% id="ac15bfe1"
-from autograder.lessons.lesson08_cupy_flash_attention import step2_feedback
+from autograder.lessons.lesson08.checks import step2_feedback
 if gpu_status()[0]:
     print(step2_feedback(flash_attention_fast_gpu, flash_attention_gpu))
 else:

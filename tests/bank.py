@@ -14,8 +14,8 @@ import pkgutil
 
 import nbformat
 
-from autograder import course
-from autograder.cells import GradeCall, parse_grade_cell
+from autograder.course import paths as course
+from autograder.nbgrader.cells import GradeCall, parse_grade_cell
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,8 +12,9 @@ import os
 import nbformat
 import pytest
 
-from autograder import course, gpu
-from autograder.core import get_check
+from autograder.course import paths as course
+from autograder.gpu import runtime as gpu
+from autograder.checks.core import get_check
 from bank import Submission, banks, cell_id, grade_calls
 
 LESSONS = sorted(banks())

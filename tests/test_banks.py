@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from autograder import course
-from autograder.core import CheckFailed, get_check
+from autograder.course import paths as course
+from autograder.checks.core import CheckFailed, get_check
 from bank import Submission, banks, grade_calls, namespace
 
 CASES = [(lesson, s) for lesson, bank in banks().items()
@@ -22,7 +22,7 @@ CASES = [(lesson, s) for lesson, bank in banks().items()
 def without_worker_guard(monkeypatch):
     """The guard belongs to the worker process (tested in tests/test_hardening_*.py); here the
     check logic runs alone, so student calls go through call_student without it."""
-    from autograder import guard
+    from autograder.isolation import guard
 
     monkeypatch.setattr(guard, "student_code", contextlib.nullcontext)
 

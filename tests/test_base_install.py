@@ -21,7 +21,7 @@ from nbgrader.api import Gradebook
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from autograder import course
+from autograder.course import paths as course
 
 LESSON = "02_fused_rmsnorm"
 PACKAGE = course.ROOT / "autograder"

@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import course
+from autograder.course import paths as course
 from bank import banks
 
 CHROMIUM = "/usr/bin/chromium"

@@ -26,7 +26,7 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import course, course_folder, parallel, report, status
+from autograder.course import paths as course, folder as course_folder, autograde as parallel, report, status
 from bank import banks
 
 LESSON = "02_fused_rmsnorm"
@@ -406,7 +406,7 @@ def test_a_check_the_grader_could_not_run_leaves_the_submission_ungraded_not_zer
 
 
 def test_without_a_gradebook_the_commands_say_what_creates_it(tmp_path, capsys):
-    from autograder import cli
+    from autograder.course import cli
 
     course.new_course(tmp_path, only=[LESSON])
     target = tmp_path / "submitted" / "s1" / LESSON

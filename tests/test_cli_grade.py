@@ -1,7 +1,7 @@
 """`course grade NOTEBOOK`: self-study grading prints the words the notebook shows."""
 import nbformat
 
-from autograder import cli, course
+from autograder.course import cli, paths as course
 from bank import banks
 
 LESSON = "02_fused_rmsnorm"
@@ -24,7 +24,7 @@ def test_self_study_grade_names_each_check_and_why_it_failed(tmp_path, capsys):
 
 
 def test_bonus_extra_credit_counts_each_bonus_check_once_and_only_when_every_call_passed():
-    from autograder.nbgrader_ext import bonus_points
+    from autograder.nbgrader.ext import bonus_points
 
     visible = {"check_id": "lesson02.add_equivalence", "points": 2.0, "passed": True, "bonus": True}
     hidden_failed = {**visible, "passed": False, "hidden": True}

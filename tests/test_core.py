@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from autograder import mistakes
-from autograder.core import CheckFailed, all_checks, compare, describe_case, require_array
-from autograder.cells import parse_grade_cell
+from autograder.checks import mistakes
+from autograder.checks.core import CheckFailed, all_checks, compare, describe_case, require_array
+from autograder.nbgrader.cells import parse_grade_cell
 
 
 def test_compare_passes_within_tolerance_and_returns_the_error():
@@ -83,7 +83,7 @@ def test_every_check_has_points_title_and_a_lesson_prefix():
 
 
 def test_russian_plural_forms():
-    from autograder.core import plural
+    from autograder.checks.core import plural
 
     forms = ("оператор", "оператора", "операторов")
     assert [plural(n, *forms) for n in (1, 2, 4, 5, 11, 12, 14, 21, 22, 25, 101, 111, 104)] == [

@@ -4,7 +4,7 @@ import tomllib
 
 import yaml
 
-from autograder.course import ROOT
+from autograder.course.paths import ROOT
 
 
 def pins(requirements):

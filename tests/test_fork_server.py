@@ -1,7 +1,7 @@
 """Is a check forked by the fork server the same process as a freshly started worker?
 
-`autograder.isolation` starts CPU checks from a fork server (`autograder.worker.serve`) instead of
-a new `python -I -m autograder.worker`.  A student function that reports what it sees of its
+`autograder.isolation.run` starts CPU checks from a fork server (`autograder.isolation.worker.serve`) instead of
+a new `python -I -m autograder.isolation.worker`.  A student function that reports what it sees of its
 process (session, process group, open descriptors, folder, environment, limits, modules, argv,
 path) must see the same in both, verdicts must be the same, and a server that dies costs a rerun,
 not a grade.
@@ -16,8 +16,8 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from autograder import isolation
-from autograder.isolation import run_check
+from autograder.isolation import run as isolation
+from autograder.isolation.run import run_check
 
 #: Reports the worker process as the student's code sees it, through the check's own message.
 REPORT = """

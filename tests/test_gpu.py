@@ -4,8 +4,10 @@ import re
 import nbformat
 import pytest
 
-from autograder import course, gpu, nvrtc
-from autograder.core import CheckFailed, all_checks
+from autograder.course import paths as course
+from autograder.course import settings
+from autograder.gpu import runtime as gpu, nvrtc
+from autograder.checks.core import CheckFailed, all_checks
 from autograder.notebook import run
 
 HAS_GPU = gpu.gpu_status()[0]
@@ -101,12 +103,12 @@ def test_run_checks_without_a_gpu_fail_with_zero_points_and_say_so():
 
 @pytest.mark.parametrize("lesson", sorted(GPU_LESSONS))
 def test_notebooks_open_in_colab_and_install_from_the_course_repository(lesson):
-    """Do both notebooks carry the Colab link and install from gpu.COURSE_REPOSITORY (one constant)?"""
+    """Do both notebooks carry the Colab link and install from settings.COURSE_REPOSITORY (one constant)?"""
     for path in (course.source_notebook(lesson), course.student_notebook(lesson)):
         cells = nbformat.read(path, as_version=4).cells
-        assert gpu.colab_url(lesson) in cells[0].source
+        assert settings.colab_url(lesson) in cells[0].source
         install = cells[1].source
-        assert f'COURSE_REPOSITORY = "{gpu.COURSE_REPOSITORY}"' in install
+        assert f'COURSE_REPOSITORY = "{settings.COURSE_REPOSITORY}"' in install
         assert re.search(r'find_spec\("autograder"\) is None', install)
 
 
@@ -164,7 +166,7 @@ extern "C" __global__ void k(const float* x, float* y)
 
 def test_cp_async_without_guard_is_named_for_sm75():
     """Does a kernel with unguarded cp.async fail the compile check, naming sm_75 and how to guard it?"""
-    from autograder.core import CheckFailed
+    from autograder.checks.core import CheckFailed
 
     with pytest.raises(CheckFailed) as failure:
         nvrtc.compile_check(UNGUARDED_CP_ASYNC, ("k",), what="SRC")
@@ -192,14 +194,14 @@ def fake_sanitizer(tmp_path, *, summary: str, run_worker: bool = True):
     return str(fake), calls
 
 
-RMS_INPUTS = "autograder.lessons.lesson07_cupy_rmsnorm:sanitizer_inputs"
+RMS_INPUTS = "autograder.lessons.lesson07.checks:sanitizer_inputs"
 
 
 @pytest.mark.skipif(gpu.gpu_status()[0], reason="checks what a machine without a GPU answers")
 def test_sanitizer_runs_a_worker_through_the_workers_protocol(tmp_path, monkeypatch):
-    """Without a GPU: the stand-in tool starts the worker (python -I -m autograder.worker) with the
+    """Without a GPU: the stand-in tool starts the worker (python -I -m autograder.isolation.worker) with the
     padding for memcheck only, and the worker's nonce-signed verdict comes back (here: no GPU)."""
-    from autograder import sanitizer
+    from autograder.gpu import sanitizer
 
     fake, calls = fake_sanitizer(tmp_path, summary="========= ERROR SUMMARY: 0 errors")
     monkeypatch.setattr(sanitizer, "_SANITIZER", fake)
@@ -207,7 +209,7 @@ def test_sanitizer_runs_a_worker_through_the_workers_protocol(tmp_path, monkeypa
         sanitizer.sanitizer_check(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, "T=1", races=True)
     (memcheck,) = calls.read_text().splitlines()
     assert f"--tool memcheck --padding {sanitizer.SANITIZER_PADDING_BYTES}" in memcheck
-    assert memcheck.endswith("-I -m autograder.worker")
+    assert memcheck.endswith("-I -m autograder.isolation.worker")
     monkeypatch.setattr(sanitizer, "_SANITIZER", fake_sanitizer(tmp_path, summary="")[0])
     with pytest.raises(CheckFailed, match="нужен GPU"):
         sanitizer.sanitize(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, tool="racecheck")
@@ -215,7 +217,7 @@ def test_sanitizer_runs_a_worker_through_the_workers_protocol(tmp_path, monkeypa
 
 
 def test_sanitizer_errors_in_the_log_are_the_verdict(tmp_path, monkeypatch):
-    from autograder import sanitizer
+    from autograder.gpu import sanitizer
 
     fake, _ = fake_sanitizer(tmp_path, summary="========= ERROR SUMMARY: 3 errors")
     monkeypatch.setattr(sanitizer, "_SANITIZER", fake)
@@ -225,8 +227,8 @@ def test_sanitizer_errors_in_the_log_are_the_verdict(tmp_path, monkeypatch):
 
 def test_a_sanitizer_run_lost_before_the_students_code_is_a_grader_fault(tmp_path, monkeypatch):
     """The tool ends without starting the worker: retried once, then GraderFault (never the student's 0)."""
-    from autograder import sanitizer
-    from autograder.core import GraderFault
+    from autograder.gpu import sanitizer
+    from autograder.checks.core import GraderFault
 
     fake, calls = fake_sanitizer(tmp_path, summary="========= ERROR SUMMARY: 0 errors", run_worker=False)
     monkeypatch.setattr(sanitizer, "_SANITIZER", fake)
@@ -236,7 +238,7 @@ def test_a_sanitizer_run_lost_before_the_students_code_is_a_grader_fault(tmp_pat
 
 
 def test_missing_sanitizer_fails_the_check_and_says_how_it_scores(monkeypatch):
-    from autograder import sanitizer
+    from autograder.gpu import sanitizer
 
     monkeypatch.setattr(sanitizer, "_SANITIZER", None)
     with pytest.raises(CheckFailed, match="не найден compute-sanitizer.*0 баллов"):

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import gpu
-from autograder.isolation import pack, run_check
+from autograder.gpu import runtime as gpu
+from autograder.isolation.run import pack, run_check
 from autograder.notebook import run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import course, guard
+from autograder.course import paths as course
+from autograder.isolation import guard
 
 pytestmark = pytest.mark.xdist_group("hardening_autograde")
 
@@ -110,14 +111,14 @@ CLASS = {
             def fused_rms_norm(x, w, eps=1e-6):
                 x *= 2
                 return (x * 1).astype(np.float64)
-            import autograder, autograder.core, autograder.notebook
-            import autograder.lessons.lesson02_fused_rmsnorm as lesson
+            import autograder, autograder.checks.core, autograder.notebook
+            import autograder.lessons.lesson02.checks as lesson
             def grade(*args, **kwargs):
                 return 3
             autograder.grade = autograder.notebook.grade = grade
             lesson.equivalence = lesson.memory = lambda *args, **kwargs: None
-            autograder.core.compare = lambda *args, **kwargs: 0.0
-            autograder.core._REGISTRY.clear()"""), **add(WRONG_ADD)},
+            autograder.checks.core.compare = lambda *args, **kwargs: 0.0
+            autograder.checks.core._REGISTRY.clear()"""), **add(WRONG_ADD)},
         loses=RMS | ADD,
         says={"test_lesson02_equivalence": "dtype float64"}),
     "patches_numpy_and_builtins": dict(

@@ -15,8 +15,9 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from autograder import course, guard
-from autograder.isolation import _HUNG, run_check
+from autograder.course import paths as course
+from autograder.isolation import guard
+from autograder.isolation.run import _HUNG, run_check
 from autograder.notebook import run
 
 SOLUTION = course.reference_answers("02_fused_rmsnorm")["fused_rms_norm"]
@@ -166,7 +167,7 @@ TAMPERING = [
         """, "нельзя писать"),
     ("import the grader's oracle", "lesson02.equivalence", """
         def fused_rms_norm(x, w, eps=1e-6):
-            from autograder.reference import rms_norm
+            from autograder.checks.reference import rms_norm
             return rms_norm(x, w, eps).astype(np.float32)
         """, "импортировать autograder"),
     ("leave a thread that keeps patching", "lesson02.equivalence", """
@@ -309,7 +310,7 @@ def test_a_hang_times_out_once_then_fails_fast():
 def test_a_worker_lost_before_the_students_code_is_the_graders_fault(monkeypatch):
     """A worker that ends without a verdict before the student's code ran (seen on a GPU machine:
     exit code 0, nothing written) is no verdict on the solution: retried once, then a grader fault."""
-    from autograder import isolation
+    from autograder.isolation import run as isolation
 
     attempts = []
     once = isolation._run_check_once
@@ -326,7 +327,7 @@ def test_a_worker_lost_before_the_students_code_is_the_graders_fault(monkeypatch
 def test_a_grader_fault_raised_inside_a_check_is_retried_then_reported_as_such(monkeypatch):
     """Grader code that could not run part of a check (compute-sanitizer's own worker lost) raises
     GraderFault: the reply says so (nonce-signed), the check is retried, and the result is a grader fault."""
-    from autograder import isolation
+    from autograder.isolation import run as isolation
 
     attempts = []
     once = isolation._run_check_once
@@ -340,13 +341,13 @@ def test_a_grader_fault_raised_inside_a_check_is_retried_then_reported_as_such(m
 def test_a_student_raising_grader_fault_only_fails_their_check():
     """GraderFault from the student's function is the student's exception like any other."""
     result = run("lesson02.zeros", student("def fused_rms_norm(x, w, eps=1e-6):\n"
-                                           "    from autograder.core import GraderFault\n"
+                                           "    from autograder.checks.core import GraderFault\n"
                                            "    raise GraderFault('не оценивайте меня')\n"))
     assert not result.passed and not result.grader_fault, result.message
 
 
 def test_a_retry_that_works_gives_the_real_verdict(monkeypatch):
-    from autograder import isolation
+    from autograder.isolation import run as isolation
 
     once = isolation._run_check_once
     faults = [True]
@@ -418,7 +419,7 @@ def test_ten_runs_give_identical_verdicts():
 def test_a_grader_started_with_sigchld_ignored_still_reads_exit_statuses():
     """With SIGCHLD ignored (inherited from a launcher) every worker would read as "exit code 0"."""
     code = ("import signal, subprocess, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); "
-            "import autograder.isolation; "
+            "import autograder.isolation.run; "
             "print(signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL, "
             "subprocess.run([sys.executable, '-c', 'raise SystemExit(3)']).returncode)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

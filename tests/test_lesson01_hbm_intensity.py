@@ -6,9 +6,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from autograder import reference, scalars  # noqa: E402
-from autograder.lessons import lesson01_hbm_intensity as l01  # noqa: E402
-from autograder.core import CheckFailed  # noqa: E402
+from autograder.checks import reference, scalars  # noqa: E402
+from autograder.lessons.lesson01 import checks as l01  # noqa: E402
+from autograder.checks.core import CheckFailed  # noqa: E402
 
 
 def test_reference_counts_are_the_figures_the_lesson_quotes():

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from autograder import course
-from autograder.lessons.lesson04_online_softmax import (_close, expected_state, random_bounds, softmax_average,
+from autograder.course import paths as course
+from autograder.lessons.lesson04.checks import (_close, expected_state, random_bounds, softmax_average,
                                                 update_mistakes)
 
 

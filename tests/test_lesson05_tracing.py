@@ -3,10 +3,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from autograder import course, reference
-from autograder.lessons.lesson05_flash_attention import (EQUIVALENCE_CASES, STABILITY_CASES, _SIMULATED, case_inputs,
-                                                 simulate, stability_tolerance)
-from autograder.tracing import Traced, expected_tiles, observe_tiles
+from autograder.course import paths as course
+from autograder.checks import reference
+from autograder.lessons.lesson05.checks import (EQUIVALENCE_CASES, STABILITY_CASES, _SIMULATED, case_inputs,
+                                                simulate, stability_tolerance)
+from autograder.lessons.lesson05.tracing import Traced, expected_tiles, observe_tiles
 
 
 def reference_functions() -> dict:
@@ -160,7 +161,7 @@ def test_causal_tile_count_is_n_plus_one_over_2n(N):
 
 def test_traced_slices_know_their_rows():
     """Does a slice of a transposed, reshaped, scaled traced array depend on exactly its own rows?"""
-    from autograder.tracing import Tracer, trace
+    from autograder.lessons.lesson05.tracing import Tracer, trace
 
     tracer = Tracer(10, 10)
     Q = trace(np.arange(40, dtype=np.float32).reshape(10, 4), "Q", tracer)

@@ -6,7 +6,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from autograder import cuda_basics as cb, gpu  # noqa: E402
+from autograder.lessons.lesson06 import cuda_basics as cb
+from autograder.gpu import runtime as gpu  # noqa: E402
 
 
 def test_reference_gpus_have_every_fact():

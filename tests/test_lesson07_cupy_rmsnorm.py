@@ -2,7 +2,8 @@
 import nbformat
 import pytest
 
-from autograder import course, gpu
+from autograder.course import paths as course
+from autograder.gpu import runtime as gpu
 
 LESSON = "07_cupy_rmsnorm"
 
@@ -26,7 +27,7 @@ def test_autograde_without_gpu_scores_the_compile_check_only(tmp_path):
 
 def test_sizes_of_the_cases_do_what_the_lesson_says():
     """Equivalence cases divide by 256 and 4; every tail case breaks one of them."""
-    from autograder.lessons.lesson07_cupy_rmsnorm import TAILS, VISIBLE
+    from autograder.lessons.lesson07.checks import TAILS, VISIBLE
     assert all(c["D"] % 256 == 0 for c in VISIBLE)
     assert all(c["D"] % 256 or c["D"] % 4 for c in TAILS)
     assert any(c["D"] % 4 == 2 for c in TAILS)  # rows that are not 16-byte aligned

@@ -3,8 +3,10 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import course, gpu, reference
-from autograder.lessons.lesson08_cupy_flash_attention import CAUSAL, CAUSAL_TILE_RATIO, TAILS, VISIBLE, oracle
+from autograder.course import paths as course
+from autograder.gpu import runtime as gpu
+from autograder.checks import reference
+from autograder.lessons.lesson08.checks import CAUSAL, CAUSAL_TILE_RATIO, TAILS, VISIBLE, oracle
 
 LESSON = "08_cupy_flash_attention"
 

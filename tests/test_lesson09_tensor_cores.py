@@ -5,9 +5,11 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import course, gpu, nvrtc
-from autograder.core import CheckFailed
-from autograder.lessons import lesson09_tensor_cores as l09
+from autograder.course import paths as course
+from autograder.course import settings
+from autograder.gpu import runtime as gpu, nvrtc
+from autograder.checks.core import CheckFailed
+from autograder.lessons.lesson09 import checks as l09
 
 LESSON = "09_tensor_cores"
 KERNELS = {"mma_source": ("MMA_SRC", ("mma_matmul",)),
@@ -162,7 +164,7 @@ def test_causal_tile_fraction_is_below_the_bound(br, bc):
 def test_run_checks_need_a_gpu_and_say_so_without_one():
     """Does every run check of lesson 09 need a GPU, run without the address-space cap, and (without a GPU)
     fail with "нужен GPU" and 0 points instead of passing?"""
-    from autograder.core import all_checks
+    from autograder.checks.core import all_checks
     from autograder.notebook import run
 
     checks = all_checks("lesson09.")
@@ -179,13 +181,13 @@ def test_run_checks_need_a_gpu_and_say_so_without_one():
 
 
 def test_notebooks_open_in_colab_and_install_from_the_course_repository():
-    """Do both notebooks carry the Colab link and install from gpu.COURSE_REPOSITORY, as lessons 06-08 do?"""
+    """Do both notebooks carry the Colab link and install from settings.COURSE_REPOSITORY, as lessons 06-08 do?"""
     import re
 
     for path in (course.source_notebook(LESSON), course.student_notebook(LESSON)):
         cells = nbformat.read(path, as_version=4).cells
-        assert gpu.colab_url(LESSON) in cells[0].source
-        assert f'COURSE_REPOSITORY = "{gpu.COURSE_REPOSITORY}"' in cells[1].source
+        assert settings.colab_url(LESSON) in cells[0].source
+        assert f'COURSE_REPOSITORY = "{settings.COURSE_REPOSITORY}"' in cells[1].source
         assert re.search(r'find_spec\("autograder"\) is None', cells[1].source)
 
 

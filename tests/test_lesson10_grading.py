@@ -5,9 +5,9 @@ import time
 import numpy as np
 import pytest
 
-from autograder.core import all_checks
+from autograder.checks.core import all_checks
 from autograder.notebook import run
-from autograder import guard
+from autograder.isolation import guard
 from autograder.lessons.lesson10 import fp8 as lesson
 from bank import grade_calls, namespace
 

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from autograder import course
-from autograder.lessons.lesson11_flash_decoding import (
-    GPU_SPLITS, GPU_VISIBLE, LARGE, SPLITS, VISIBLE, make_case, merged, oracle, split_bounds)
+from autograder.course import paths as course
+from autograder.lessons.lesson11.checks import (GPU_SPLITS, GPU_VISIBLE, LARGE, SPLITS, VISIBLE, make_case,
+                                                merged, oracle, split_bounds)
 
 LESSON = "11_flash_decoding"
 
@@ -79,7 +79,7 @@ def test_the_notebook_quotes_the_committed_benchmark():
 def test_the_gpu_part_makes_it_a_gpu_lesson_and_the_numpy_part_needs_none():
     """Is lesson 11 graded with the GPU lessons (--only-gpu grades both parts there), its NumPy checks and
     the compile check runnable anywhere, and its run checks uncapped GPU checks?"""
-    from autograder.core import lesson_checks
+    from autograder.checks.core import lesson_checks
 
     checks = lesson_checks(LESSON)
     assert course.is_gpu_lesson(LESSON)
@@ -89,7 +89,7 @@ def test_the_gpu_part_makes_it_a_gpu_lesson_and_the_numpy_part_needs_none():
     assert not checks["lesson11.gpu_compiles"].needs_gpu
 
 
-@pytest.mark.skipif(__import__("autograder.gpu", fromlist=["gpu_status"]).gpu_status()[0],
+@pytest.mark.skipif(__import__("autograder.gpu.runtime", fromlist=["gpu_status"]).gpu_status()[0],
                     reason="with a GPU the run checks really run")
 def test_without_a_gpu_the_run_checks_say_so_and_score_zero():
     from autograder.notebook import run

@@ -12,7 +12,7 @@ import subprocess
 import nbformat
 import pytest
 
-from autograder import authoring, course
+from autograder.course import authoring, paths as course
 
 LESSONS = course.text_lessons()
 SMALL = "03_swiglu"  # the smallest lesson: one nbgrader generate_assignment is quick

@@ -1,15 +1,15 @@
-"""`course grade` runs nbgrader's two commands in one process (`autograder.nbgrader_batch`):
+"""`course grade` runs nbgrader's two commands in one process (`autograder.nbgrader.batch`):
 the gradebook version it stamps is the one `alembic heads` reports, and a failing command stops
 the batch with nbgrader's own message.  (That grades are nbgrader's own: tests/test_autograde.py,
 tests/test_cli_grade.py.)
 """
 import pytest
 
-from autograder import course
+from autograder.course import paths as course
 
 
 def test_the_batch_stamps_the_gradebook_version_alembic_reports(monkeypatch):
-    from autograder.nbgrader_batch import alembic_head
+    from autograder.nbgrader.batch import alembic_head
     from nbgrader.api import get_alembic_version  # runs `alembic heads`, as nbgrader does
 
     monkeypatch.setenv("PATH", course.nbgrader_env()["PATH"])

@@ -3,10 +3,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder import course
-from autograder.cli import notebooks_with_outputs
-from autograder.core import get_check
-from autograder.cells import parse_grade_cell
+from autograder.course import paths as course
+from autograder.course.cli import notebooks_with_outputs
+from autograder.checks.core import get_check
+from autograder.nbgrader.cells import parse_grade_cell
 
 LESSONS = course.lessons()
 CPU_LESSONS = [lesson for lesson in LESSONS if not course.is_gpu_lesson(lesson)]

@@ -1,7 +1,7 @@
 """Does `course autograde` give the class gradebook exactly what plain `nbgrader autograde` gives?
 
 One small class of lesson 02 (the reference, two known mistakes, the untouched notebook) is
-graded twice: serially by the real `nbgrader autograde`, and by :mod:`autograder.parallel` with
+graded twice: serially by the real `nbgrader autograde`, and by :mod:`autograder.course.autograde` with
 two workers into a class course.  The same graded course then serves the re-run, the merge of
 notebooks graded elsewhere and the class report.
 """
@@ -11,7 +11,7 @@ import zlib
 import nbformat
 import pytest
 
-from autograder import cli, course, course_folder, parallel, report
+from autograder.course import cli, paths as course, folder as course_folder, autograde as parallel, report
 from bank import banks
 
 LESSON = "02_fused_rmsnorm"
@@ -190,13 +190,13 @@ def test_workers_keep_student_code_out_of_the_class_course(tmp_path):
     assert config.IsolatedExecute.protected_dirs == ["/srv/shared-data", str((tmp_path / "class").resolve())]
     assert config.CourseDirectory.root == str(tmp_path / "worker-1")
     assert class_course.config.IsolatedExecute.protected_dirs == ["/srv/shared-data"]  # not changed in place
-    from autograder.nbgrader_ext import IsolatedExecute
+    from autograder.nbgrader.ext import IsolatedExecute
     assert IsolatedExecute(config=config).protected_dirs == config.IsolatedExecute.protected_dirs
 
 
 def hidden_seeds(lesson: str) -> set[int]:
     """The seeds of every hidden case in the lesson's source (what feedback must never show)."""
-    from autograder.cells import parse_grade_cell
+    from autograder.nbgrader.cells import parse_grade_cell
 
     seeds = set()
     for cell in nbformat.read(course.source_notebook(lesson), as_version=4).cells:
@@ -224,5 +224,5 @@ def test_feedback_keeps_hidden_tests_hidden(graded):
         assert text.count("Нулевые строки дают нули без NaN") <= 2, student  # title in the cell, once
     eps = (graded["folder"] / "feedback" / "eps_outside_root" / LESSON / f"{LESSON}.html").read_text(encoding="utf-8")
     assert "eps прибавлен вне корня" in eps
-    from autograder.feedback_style import WRAP_OUTPUT_CSS
+    from autograder.nbgrader.feedback_style import WRAP_OUTPUT_CSS
     assert eps.count(WRAP_OUTPUT_CSS.strip()) == 1  # long lines wrap: the hint is never cut off

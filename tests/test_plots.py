@@ -3,7 +3,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from autograder.plots import MiB, plot_peaks  # noqa: E402
+from autograder.lessons.plots import MiB, plot_peaks  # noqa: E402
 
 
 def test_reference_lines_are_grey_and_each_has_its_own_dash():

@@ -21,7 +21,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import course, gpu, publish, selfcheck
+from autograder.course import paths as course, publish, selfcheck
+from autograder.course import settings
 from test_environment import pins
 
 REPOSITORY = "https://github.com/acme/module07-students"
@@ -29,8 +30,8 @@ LESSON = "02_fused_rmsnorm"
 #: Solution regions that the grader itself contains: the check computes its expected value with
 #: the same one-line formula (what the visible check needs, in the package that runs it).
 GRADER_FORMULAS = {
-    ("autograder/lessons/lesson01_hbm_intensity.py", "return heads * n * n * bytes_per_element"),
-    ("autograder/lessons/lesson04_online_softmax.py", "return -np.inf, 0.0, np.zeros(d)"),
+    ("autograder/lessons/lesson01/checks.py", "return heads * n * n * bytes_per_element"),
+    ("autograder/lessons/lesson04/checks.py", "return -np.inf, 0.0, np.zeros(d)"),
 }
 
 
@@ -89,18 +90,18 @@ def test_no_solution_and_no_hidden_case_is_published(out):
 
 
 def test_the_repository_address_is_the_one_given_everywhere(out):
-    old = publish.repository_path(gpu.COURSE_REPOSITORY)
-    assert REPOSITORY != gpu.COURSE_REPOSITORY
+    old = publish.repository_path(settings.COURSE_REPOSITORY)
+    assert REPOSITORY != settings.COURSE_REPOSITORY
     assert [path for path in files(out) if old in (out / path).read_text(encoding="utf-8")] == []
     readme = (out / "README.md").read_text(encoding="utf-8")
     for lesson in course.lessons():
         if not course.is_gpu_lesson(lesson):
             continue
         cells = nbformat.read(out / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4).cells
-        assert gpu.colab_url(lesson, repository=REPOSITORY) in cells[0].source
+        assert settings.colab_url(lesson, repository=REPOSITORY) in cells[0].source
         assert f'COURSE_REPOSITORY = "{REPOSITORY}"' in cells[1].source
-        assert gpu.colab_url(lesson, repository=REPOSITORY) in readme
-    assert f'COURSE_REPOSITORY = "{REPOSITORY}"' in (out / "autograder" / "gpu.py").read_text()
+        assert settings.colab_url(lesson, repository=REPOSITORY) in readme
+    assert f'COURSE_REPOSITORY = "{REPOSITORY}"' in (out / "autograder" / "course" / "settings.py").read_text()
 
 
 def test_the_notebooks_are_the_released_ones(out):
@@ -209,7 +210,7 @@ def test_the_published_make_test_grades_an_edited_notebook_with_the_published_pa
     publish.publish(out, REPOSITORY)
     venv = student_venv(out)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    where = subprocess.run([str(venv / "bin" / "python"), "-I", "-c", "import autograder.worker; print(autograder.__file__)"],
+    where = subprocess.run([str(venv / "bin" / "python"), "-I", "-c", "import autograder.isolation.worker; print(autograder.__file__)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
     assert where.startswith(str(out / "autograder")), where  # what the check workers (python -I) import
 
@@ -255,7 +256,7 @@ def test_course_check_knows_its_lessons(tmp_path):
 def test_the_instructors_commands_in_the_students_repository_say_why_they_cannot_work(out):
     """OUT's package has no solutions/ beside it: `course grade` and `course publish` say so in Russian."""
     def course_command(*args):
-        code = f"import sys; from autograder import cli; sys.exit(cli.main({list(args)!r}))"
+        code = f"import sys; from autograder.course import cli; sys.exit(cli.main({list(args)!r}))"
         return subprocess.run([sys.executable, "-c", code], cwd=out, capture_output=True, text=True, timeout=120)
 
     graded = course_command("grade", f"notebooks/{LESSON}/{LESSON}.ipynb")
@@ -266,7 +267,7 @@ def test_the_instructors_commands_in_the_students_repository_say_why_they_cannot
 
 def test_course_publish_refuses_notebooks_older_than_their_text_sources(tmp_path, monkeypatch, capsys):
     """`course publish` never ships a build that lessons/ no longer gives: it says what is stale and writes nothing."""
-    from autograder import cli
+    from autograder.course import cli
 
     monkeypatch.setattr(course, "stale_release", lambda root=course.ROOT: ["02_fused_rmsnorm: notebooks/… не совпадает"])
     assert cli.main(["publish", str(tmp_path / "students")]) == 1

@@ -4,10 +4,10 @@
 """
 from nbformat.v4 import new_code_cell, new_output
 
-from autograder import report
-from autograder.core import CheckFailed, CheckResult
-from autograder.mistakes import compare_or_name
-from autograder.nbgrader_ext import verdict_outputs
+from autograder.course import report
+from autograder.checks.core import CheckFailed, CheckResult
+from autograder.checks.mistakes import compare_or_name
+from autograder.nbgrader.ext import verdict_outputs
 
 
 def failing_cell(message: str, mistake: str | None = None):

@@ -15,8 +15,9 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from autograder import course, isolation, sandbox
-from autograder.isolation import run_check
+from autograder.course import paths as course
+from autograder.isolation import run as isolation, sandbox
+from autograder.isolation.run import run_check
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_bwrap = pytest.mark.skipif(not sandbox.available(), reason="see tests/test_sandbox_attacks.py::"
@@ -78,7 +79,7 @@ def test_a_sandboxed_check_sees_neither_the_course_nor_the_home_nor_the_network(
 
 @needs_bwrap
 def test_a_gpu_check_in_the_sandbox_without_a_gpu_still_says_it_needs_one(tmp_path):
-    from autograder.lessons import lesson06_cuda_basics  # noqa: F401 - registers lesson06.*
+    from autograder.lessons.lesson06 import checks as lesson06_cuda_basics  # noqa: F401 - registers lesson06.*
 
     scratch = tempfile.mkdtemp(prefix="autograder-sandbox-")
     with isolation.sandboxed(sandbox.Sandbox(scratch=scratch)):
@@ -173,7 +174,7 @@ def without_bwrap() -> dict:
 
 
 def test_nbgrader_autograde_refuses_a_class_without_the_sandbox_and_says_how_to_install_it(class_course):
-    done = subprocess.run([sys.executable, "-m", "autograder.nbgrader_batch",
+    done = subprocess.run([sys.executable, "-m", "autograder.nbgrader.batch",
                            '[["autograde", "%s", "--force"]]' % LESSON], cwd=class_course, env=without_bwrap(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
@@ -190,7 +191,7 @@ def test_course_autograde_refuses_without_the_sandbox_and_grades_with_one_warnin
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.count("без песочницы") == 1, done.stderr
     assert "Без песочницы (--no-sandbox)" in done.stdout, done.stdout
-    from autograder import report
+    from autograder.course import report
 
     page = report.render(report.class_stats(class_course))
     assert "Проверены без песочницы (1)" in page

@@ -32,7 +32,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import course, sandbox
+from autograder.course import paths as course
+from autograder.isolation import sandbox
 
 pytestmark = [pytest.mark.xdist_group("sandbox_attacks"),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux-only")]
@@ -255,7 +256,7 @@ def make_class(folder: Path, home: Path, *, attackers: dict = {}, listener: List
     return root
 
 
-BATCH = [sys.executable, "-m", "autograder.nbgrader_batch", "--scratch"]
+BATCH = [sys.executable, "-m", "autograder.nbgrader.batch", "--scratch"]
 
 
 def grade(root: Path, home: Path, how: str, *extra: str, check: bool = True) -> dict[str, dict[str, float]]:

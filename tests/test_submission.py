@@ -5,7 +5,7 @@
 import nbformat
 from nbgrader.utils import compute_checksum
 
-from autograder.submission import RESTORED_NOTE, SourceCell, extra_files, repair, shadowed_module
+from autograder.nbgrader.submission import RESTORED_NOTE, SourceCell, extra_files, repair, shadowed_module
 
 
 def source(grade_id, text, *, grade=False, solution=False, locked=True, points=None):
@@ -98,7 +98,7 @@ def test_a_students_helper_modules_travel_by_value(tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    from autograder.isolation import pack_one, student_modules
+    from autograder.isolation.run import pack_one, student_modules
 
     (tmp_path / "rmshelper_x.py").write_text("def twice(x):\n    return 2 * x\n")
     (tmp_path / "helperpkg_x").mkdir()

@@ -24,8 +24,9 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from autograder import isolation, nvrtc
-from autograder.isolation import HOME_VARIABLES, run_check
+from autograder.isolation import run as isolation
+from autograder.gpu import nvrtc
+from autograder.isolation.run import HOME_VARIABLES, run_check
 from autograder.notebook import run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +107,7 @@ def tree_digest(folder: Path) -> str:
 def test_a_home_full_of_caches_and_startup_files_changes_no_verdict(tmp_path, monkeypatch, fork):
     """A CPU check passes, a GPU check without a GPU says «нужен GPU» (not a grader fault), and the home
     the grader runs with is left exactly as it was."""
-    from autograder.lessons import lesson06_cuda_basics  # noqa: F401 - registers lesson06.*
+    from autograder.lessons.lesson06 import checks as lesson06_cuda_basics  # noqa: F401 - registers lesson06.*
 
     for name, value in populate(tmp_path).items():
         monkeypatch.setenv(name, value)
@@ -129,7 +130,7 @@ import json, sys
 import numpy as np
 from cuda.bindings import nvrtc as raw
 
-# What the old autograder.nvrtc._program_log did: an empty log (size 1) into b" " * 1, the shared b" ".
+# What the old autograder.gpu.nvrtc._program_log did: an empty log (size 1) into b" " * 1, the shared b" ".
 err, program = raw.nvrtcCreateProgram(b'extern "C" __global__ void k() {}', b"k.cu", 0, [], [])
 raw.nvrtcCompileProgram(program, 1, [b"-arch=compute_75"])
 _, size = raw.nvrtcGetProgramLogSize(program)
@@ -138,7 +139,7 @@ raw.nvrtcGetProgramLog(program, b" " * size)
 damaged = bytes([32])[0] != 32
 
 import cloudpickle
-from autograder import isolation
+from autograder.isolation import run as isolation
 ns = {"np": np}
 exec(sys.argv[1], ns)
 result = isolation.run_check("lesson02.equivalence", [cloudpickle.dumps(ns["fused_rms_norm"])])
@@ -158,7 +159,7 @@ def test_a_check_passes_in_a_process_whose_one_byte_objects_were_overwritten():
 
 
 COMPILE_WITH_AN_EMPTY_LOG = r"""
-from autograder import nvrtc
+from autograder.gpu import nvrtc
 raw = nvrtc._NVRTC
 err, program = raw.nvrtcCreateProgram(b'extern "C" __global__ void k() {}', b"k.cu", 0, [], [])
 raw.nvrtcCompileProgram(program, 1, [b"-arch=compute_75"])
@@ -196,7 +197,7 @@ def test_a_worker_lost_before_the_students_code_says_at_which_stage(monkeypatch)
 
 GUARD_STOPS_THE_GRADER = r"""
 import json
-from autograder import guard
+from autograder.isolation import guard
 guard.install()
 guard._state["tainted"] = True  # student code has run: the guard stays on for the grader's code too
 try:

@@ -4,7 +4,7 @@ Wrong answers are the reference with one edit (``edited``), so each carries exac
 checks of the lesson are left out here (``tests/test_banks.py`` runs the checks that need no GPU); the GPU
 bank is ``bank_11`` in ``tests/test_gpu_lessons.py``.
 """
-from autograder import course
+from autograder.course import paths as course
 from bank import correct, wrong
 
 LESSON = "11_flash_decoding"

@@ -6,8 +6,8 @@ import numbers
 import ml_dtypes
 import numpy as np
 
-from ...core import CheckFailed, describe_case
-from ...mistakes import failure, identify
+from ...checks.core import CheckFailed, describe_case
+from ...checks.mistakes import failure, identify
 from . import fa3sim
 from .fa3sim import Params
 

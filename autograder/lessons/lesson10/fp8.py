@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core import CheckFailed, call_student, check, describe_case
-from ...inputs import normal
-from ...mistakes import failure
+from ...checks.core import CheckFailed, call_student, check, describe_case
+from ...checks.inputs import normal
+from ...checks.mistakes import failure
 from .common import E4M3, E4M3_MAX
 
 # --- FP8: per-block quantisation --------------------------------------------------------------

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import reference
-from ...core import CheckFailed, call_student, check, describe_case
-from ...inputs import normal
-from ...mistakes import compare_or_name
+from ...checks import reference
+from ...checks.core import CheckFailed, call_student, check, describe_case
+from ...checks.inputs import normal
+from ...checks.mistakes import compare_or_name
 from . import fa3sim
 from .fa3sim import Params, ScheduleError
 from .common import GEMMS, SOFTMAXES, _expand

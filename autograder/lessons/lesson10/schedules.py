@@ -5,8 +5,8 @@ import dataclasses
 
 import numpy as np
 
-from ...core import CheckFailed, call_student, check, describe_case
-from ...mistakes import failure, identify
+from ...checks.core import CheckFailed, call_student, check, describe_case
+from ...checks.mistakes import failure, identify
 from . import fa3sim
 from .fa3sim import Params
 from .program import _fa3_overlap_program

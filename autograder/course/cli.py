@@ -1,0 +1,228 @@
+"""course — команды курса (модуль 07 «Слитые операторы и FlashAttention»).
+
+    course release [УРОК ...]      собрать solutions/ из lessons/*.py, затем notebooks/ (nbgrader)
+    course check-release           ошибка, если solutions/ или notebooks/ устарели или ноутбук хранит выводы
+    course lesson-text УРОК ...    записать lessons/УРОК.py из solutions/ (ноутбук правили в JupyterLab)
+    course grade НОУТБУК           самостоятельно: проверить один ноутбук со всеми скрытыми тестами
+    course autograde [УРОК ...]    преподавателю: проверить submitted/ в N процессах, один писатель gradebook
+    course merge ПАПКА [УРОК ...]  записать в gradebook папку autograded/, проверенную на другой машине
+    course report [УРОК ...]       преподавателю: отчёт по классу (одна HTML-страница)
+    course publish ПАПКА [--repository URL]   репозиторий студентов: без решений и скрытых тестов
+    course check [УРОК ...]        студенту: окружение и видимые проверки каждого ноутбука
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# nbformat imports jsonschema, which builds an IRI grammar from rfc3987_syntax at import: 1-2 s of
+# every `course` command.  Nothing here validates the "iri" formats it checks (nbformat and
+# nbgrader use no format checker), so it is not imported (autograder/nbgrader_batch.py does the same).
+sys.modules.setdefault("rfc3987_syntax", None)
+
+import nbformat  # noqa: E402
+
+from . import paths as course  # noqa: E402
+
+
+def cmd_release(args) -> int:
+    for path in course.release(only=args.lesson or None):
+        print(f"записан {path.relative_to(course.ROOT)}")
+    return 0
+
+
+def cmd_lesson_text(args) -> int:
+    from .authoring import text_from_notebook
+
+    for lesson in args.lesson:
+        if lesson not in course.lessons():
+            raise ValueError(f"урока {lesson!r} нет в solutions/; есть: {', '.join(course.lessons())}")
+        target = course.text_source(lesson)
+        if target.exists() and not args.force:
+            print(f"{target.relative_to(course.ROOT)} уже есть: --force перезапишет его", file=sys.stderr)
+            return 1
+        nb = nbformat.read(course.source_notebook(lesson), as_version=4)
+        target.parent.mkdir(exist_ok=True)
+        target.write_text(text_from_notebook(nb), encoding="utf-8")
+        print(f"записан {target.relative_to(course.ROOT)}")
+    return 0
+
+
+def notebooks_with_outputs(root: Path = course.ROOT) -> list[str]:
+    """Notebooks tracked by git whose code cells carry outputs or execution counts."""
+    listed = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=root, capture_output=True, text=True)
+    bad = []
+    for name in listed.stdout.split():
+        nb = nbformat.read(root / name, as_version=4)
+        if any(c.cell_type == "code" and (c.outputs or c.execution_count) for c in nb.cells):
+            bad.append(name)
+    return bad
+
+
+def cmd_check_release(args) -> int:
+    problems = course.stale_release() + [f"{n}: в ноутбуке сохранены выводы" for n in notebooks_with_outputs()]
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        print("уроки правят в lessons/NN_имя.py: выполните `make release` (или `course release УРОК`) и "
+              "закоммитьте lessons/, solutions/ и notebooks/ (ноутбуки без выводов)", file=sys.stderr)
+        return 1
+    print("solutions/ и notebooks/ собраны из lessons/, ни один ноутбук не хранит выводов")
+    return 0
+
+
+def cmd_grade(args) -> int:
+    path = Path(args.notebook).resolve()
+    if not (course.ROOT / course.SOLUTIONS).is_dir():
+        print("Скрытых тестов здесь нет: они есть только у преподавателя. Видимые проверки всех уроков "
+              "запускает make test (course check).", file=sys.stderr)
+        return 2
+    lesson = args.lesson or path.stem
+    if lesson not in course.lessons():
+        close = [known for known in course.lessons() if path.stem.startswith(known)]
+        hint = (f" Похоже на урок {close[0]}: course grade {args.notebook} --lesson {close[0]}" if close else
+                " Если файл переименован, укажите урок: --lesson УРОК.")
+        print(f"Неизвестный урок {lesson!r}.{hint}\nУроки: {', '.join(course.lessons())}", file=sys.stderr)
+        return 2
+    submission = nbformat.read(path, as_version=4)
+    from ..isolation import sandbox
+
+    ok, why = sandbox.status()
+    if not ok:  # self-study: your own notebook, so grading goes on, and says so once
+        print(f"Без песочницы bubblewrap ({why}): ваш ноутбук выполняется с вашими правами, как в JupyterLab.")
+    with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
+        print(f"Проверяю {path.name} всеми тестами урока {lesson} (с дополнительными скрытыми)…")
+        grades = course.grade_notebooks(lesson, {"me": submission}, Path(scratch),
+                                        extra_args=("--IsolatedExecute.sandbox=if-available",))["me"]
+        graded = nbformat.read(Path(scratch) / "autograded" / "me" / lesson / f"{lesson}.ipynb", as_version=4)
+    print(course.verdict_table(graded, grades))
+    return 0
+
+
+def _selection(parser) -> None:
+    parser.add_argument("lesson", nargs="*", help="уроки (по умолчанию все из gradebook)")
+    gpu = parser.add_mutually_exclusive_group()
+    gpu.add_argument("--only-gpu", action="store_true", help="только GPU-уроки: те, чьи проверки требуют GPU (06–09 и 11 — у него и NumPy-часть)")
+    gpu.add_argument("--skip-gpu", action="store_true", help="все уроки, кроме GPU-уроков")
+    parser.add_argument("--course", default=".", help="папка курса nbgrader (по умолчанию текущая)")
+
+
+def _shard(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    try:
+        return int(index), int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError("шард пишется как K/M, например 2/3") from None
+
+
+def _summary_exit(summary) -> int:
+    print(summary.text())
+    if summary.stopped:
+        return 128 + int(getattr(signal.Signals, summary.stopped, signal.SIGINT))
+    return 1 if summary.failed else 0
+
+
+def cmd_autograde(args) -> int:
+    from . import autograde as parallel
+
+    gpus = args.gpus.split(",") if args.gpus else None
+    return _summary_exit(parallel.autograde(
+        args.course, args.lesson, workers=args.workers, force=args.force, students=args.student,
+        only_gpu=args.only_gpu, skip_gpu=args.skip_gpu, shard_of=args.shard, gpus=gpus,
+        sandbox="off" if args.no_sandbox else "required"))
+
+
+def cmd_merge(args) -> int:
+    from . import autograde as parallel
+
+    return _summary_exit(parallel.merge(args.course, args.folder, args.lesson,
+                                        only_gpu=args.only_gpu, skip_gpu=args.skip_gpu))
+
+
+def cmd_report(args) -> int:
+    from . import report
+
+    out = report.write_report(args.course, args.out, args.lesson, only_gpu=args.only_gpu,
+                              skip_gpu=args.skip_gpu)
+    print(f"Отчёт: {out}")
+    return 0
+
+
+def cmd_publish(args) -> int:
+    from . import publish, settings
+
+    # Students get notebooks/ as built from lessons/, never an old build (without solutions/ there is
+    # nothing to compare, and publish() says that this is no course folder).
+    stale = course.stale_release() if (course.ROOT / course.SOLUTIONS).is_dir() else []
+    if stale:
+        print("Публикация отменена: собранные ноутбуки устарели.\n" + "\n".join(stale), file=sys.stderr)
+        return 1
+    written = publish.publish(Path(args.out), args.repository or settings.COURSE_REPOSITORY)
+    print(f"Репозиторий студентов записан в {Path(args.out).resolve()}: {', '.join(p.name for p in written)}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from . import selfcheck
+
+    return selfcheck.main(args.lesson or None, Path(args.notebooks))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="course", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("release", help="собрать solutions/ из lessons/*.py, затем notebooks/ из solutions/")
+    p.add_argument("lesson", nargs="*")
+    p.set_defaults(run=cmd_release)
+    p = sub.add_parser("check-release", help="ошибка, если solutions/ или notebooks/ устарели или хранят выводы")
+    p.set_defaults(run=cmd_check_release)
+    p = sub.add_parser("lesson-text", help="записать lessons/УРОК.py из solutions/УРОК/УРОК.ipynb")
+    p.add_argument("lesson", nargs="+")
+    p.add_argument("--force", action="store_true", help="перезаписать существующий lessons/УРОК.py")
+    p.set_defaults(run=cmd_lesson_text)
+    p = sub.add_parser("grade", help="проверить один ноутбук со всеми скрытыми тестами")
+    p.add_argument("notebook")
+    p.add_argument("--lesson", help="урок, если имя файла другое")
+    p.set_defaults(run=cmd_grade)
+    p = sub.add_parser("autograde", help="проверить все сданные работы в N процессах")
+    _selection(p)
+    p.add_argument("--workers", type=int, help="процессов (по умолчанию — число ядер)")
+    p.add_argument("--force", action="store_true", help="перепроверить и уже проверенные работы")
+    p.add_argument("--student", action="append", default=[], help="только этот студент (можно повторять)")
+    p.add_argument("--shard", type=_shard, help="K/M: только K-я из M частей работ (для нескольких машин)")
+    p.add_argument("--gpus", help="номера GPU через запятую: каждому процессу свой GPU")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="проверять без песочницы bubblewrap (код студентов не изолирован: только для своих работ)")
+    p.set_defaults(run=cmd_autograde)
+    p = sub.add_parser("merge", help="записать работы, проверенные на другой машине")
+    p.add_argument("folder", help="папка autograded/ с другой машины")
+    _selection(p)
+    p.set_defaults(run=cmd_merge)
+    p = sub.add_parser("report", help="отчёт по классу: одна HTML-страница")
+    _selection(p)
+    p.add_argument("--out", default="class_report.html", help="куда записать HTML")
+    p.set_defaults(run=cmd_report)
+    p = sub.add_parser("publish", help="записать репозиторий студентов (без решений и скрытых тестов)")
+    p.add_argument("out", help="папка репозитория студентов (например, его клон)")
+    p.add_argument("--repository", help="адрес репозитория студентов на GitHub (по умолчанию "
+                                        "autograder/course/settings.py: COURSE_REPOSITORY)")
+    p.set_defaults(run=cmd_publish)
+    p = sub.add_parser("check", help="студенту: окружение и видимые проверки каждого ноутбука")
+    p.add_argument("lesson", nargs="*", help="уроки (по умолчанию все)")
+    p.add_argument("--notebooks", default="notebooks", help="папка с уроками (по умолчанию notebooks)")
+    p.set_defaults(run=cmd_check)
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, RuntimeError) as error:
+        print(f"Ошибка: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,418 @@
+"""GPU lessons (06-09) at run time: is there a GPU, GPU checks, student kernels, device memory, timing.
+
+Compilation (no GPU needed) is :mod:`autograder.gpu.nvrtc`; compute-sanitizer is :mod:`autograder.gpu.sanitizer`.
+
+* :func:`gpu_check` registers a check that needs a GPU: on a machine without one it fails with
+  0 points and the message "нужен GPU", never passes.  Each check already runs in its own worker
+  process (:mod:`autograder.isolation.run`), so a kernel that faults or hangs costs only that check.
+* :class:`DeviceAllocations` observes every device allocation through CuPy's allocator hook,
+  fills it with NaN before student code sees it and surrounds it with guard bytes that are
+  checked after the call (:func:`run_student` does this for every call of student code);
+  :func:`time_student` / :func:`time_ms` time with CUDA events.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+from ..checks.core import CheckFailed, call_student, check, describe_case, shorten
+
+try:  # imported before any student code runs (the worker imports the check module first)
+    import cupy as _cp
+except Exception:  # no CuPy (laptops, CI): compile checks still run, GPU checks say "нужен GPU"
+    _cp = None
+
+#: Set to e.g. "75" to build every CuPy kernel as compute_75 PTX, JIT-compiled by the driver of a newer
+#: GPU: on an H200 this proves that the kernels and checks work on sm_75 (``__CUDA_ARCH__`` is 750).
+FORCE_PTX_ENV = "AUTOGRADER_FORCE_PTX_ARCH"
+
+
+# --- is there a GPU? -----------------------------------------------------------------------
+
+def _force_ptx_arch() -> None:
+    """Honour :data:`FORCE_PTX_ENV`: CuPy builds PTX for that architecture and the driver JIT-compiles it.
+
+    CuPy picks ``-arch`` from the device (``cupy.cuda.compiler._get_arch``) and emits PTX instead of a
+    cubin when ``_use_ptx`` is set; both are module globals read at each compilation.
+    """
+    arch = os.environ.get(FORCE_PTX_ENV, "").strip()
+    if not arch or _cp is None:
+        return
+    from cupy.cuda import compiler
+
+    if not hasattr(compiler, "_get_arch"):
+        raise RuntimeError(f"{FORCE_PTX_ENV}: this CuPy has no compiler._get_arch to override")
+    compiler._get_arch = lambda: arch
+    compiler._use_ptx = True
+
+
+_force_ptx_arch()
+
+
+def gpu_status() -> tuple[bool, str]:
+    """(True, description) on a machine with a usable CUDA GPU and CuPy, else (False, why not)."""
+    if _cp is None:
+        return False, "CuPy не установлен"
+    try:
+        count = _cp.cuda.runtime.getDeviceCount()
+    except Exception as error:  # no driver: cudaErrorInsufficientDriver / NoDevice
+        return False, f"нет драйвера CUDA или GPU ({type(error).__name__})"
+    if count < 1:
+        return False, "GPU не найден"
+    props = _cp.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    return True, f"{name}, compute capability {props['major']}.{props['minor']}, CuPy {_cp.__version__}"
+
+
+def describe_gpu() -> str:
+    """One line for the notebooks: which GPU the checks will use, or why there is none."""
+    ok, text = gpu_status()
+    if ok:
+        return f"GPU: {text}"
+    return (f"GPU недоступен: {text}. Ядро всё равно компилируется (NVRTC) и проверяется на ошибки; "
+            "проверки запуска покажут «нужен GPU» (0 баллов). Откройте ноутбук в Colab с GPU.")
+
+
+def require_gpu() -> None:
+    """Fail the running check with 0 points, clearly, when there is no GPU; warm CuPy up otherwise."""
+    ok, why = gpu_status()
+    if not ok:
+        raise CheckFailed(
+            f"нужен GPU: {why}. Эта проверка запускает ядро, и без GPU она не засчитывается "
+            "(0 баллов), а не пропускается. Откройте ноутбук в Colab (Среда выполнения → Сменить среду "
+            "выполнения → GPU) или на машине с NVIDIA GPU. Компиляция ядра проверяется и без GPU.")
+    _warm_up()
+
+
+_WARM_UP_SOURCE = 'extern "C" __global__ void autograder_warm_up(float* y) { y[threadIdx.x] = 1.0f; }'
+
+
+def _warm_up() -> None:
+    """Compile and launch a tiny kernel before student code: CuPy's lazy imports happen here."""
+    y = _cp.zeros(32, dtype=_cp.float32)
+    _cp.RawKernel(_WARM_UP_SOURCE, "autograder_warm_up")((1,), (32,), (y,))
+    float(y.sum())
+    _cp.cuda.Device().synchronize()
+
+
+def gpu_check(check_id: str, *, points: float, title: str, timeout_s: float = 60.0):
+    """Register a check that runs kernels: no address-space cap, and "нужен GPU" without one."""
+
+    def register(function):
+        @functools.wraps(function)
+        def run(*args, **kwargs):
+            require_gpu()
+            return function(*args, **kwargs)
+
+        return check(check_id, points=points, title=title, timeout_s=timeout_s,
+                     memory_limit_gib=None, needs_gpu=True)(run)
+
+    return register
+
+
+# --- running student kernels ---------------------------------------------------------------
+
+_CUDA_ERRORS = {
+    "ILLEGAL_ADDRESS": "ядро обратилось к памяти за пределами массивов (illegal address): проверьте "
+                       "индексы и защиту хвоста (if (i < D) ...)",
+    "IllegalAddress": "ядро обратилось к памяти за пределами массивов (illegal address): проверьте "
+                      "индексы и защиту хвоста (if (i < D) ...)",
+    "InvalidAddressSpace": "ядро обратилось по недопустимому адресу (illegal address space): проверьте индексы "
+                           "и защиту хвоста (if (i < D) ...)",
+    "MISALIGNED_ADDRESS": "невыровненный доступ (misaligned address): float4 можно читать только по адресу, "
+                          "кратному 16 байтам — проверьте D % 4 == 0 и выравнивание указателя",
+    "MisalignedAddress": "невыровненный доступ (misaligned address): float4 можно читать только по адресу, "
+                         "кратному 16 байтам — проверьте D % 4 == 0 и выравнивание указателя",
+    "INVALID_VALUE": "неверные параметры запуска: размер блока не больше 1024 потоков, grid не пустой, "
+                     "shared_mem не больше допустимого",
+    "InvalidValue": "неверные параметры запуска: размер блока не больше 1024 потоков, grid не пустой, "
+                    "shared_mem не больше допустимого",
+    "LAUNCH_OUT_OF_RESOURCES": "не хватает регистров или разделяемой памяти для такого блока: уменьшите "
+                               "число потоков в блоке или используйте __launch_bounds__",
+    "CompileException": "ядро не компилируется: посмотрите на проверку компиляции выше",
+}
+
+
+def _explain_cuda(text: str) -> str:
+    for key, hint in _CUDA_ERRORS.items():
+        if key in text:
+            return f"\nВероятная причина: {hint}."
+    return ""
+
+
+def run_student(function, *args, case: str, what: str, **kwargs):
+    """Call the student's wrapper and wait for its kernels; CUDA errors get a Russian reason.
+
+    Every device allocation made during the call is NaN-filled and guarded; after the call the guard
+    bytes of those allocations and of the grader's inputs (:func:`device`) must be intact.
+    """
+    with DeviceAllocations() as seen:
+        try:
+            result = call_student(function, *args, case=case, what=what, **kwargs)
+        except CheckFailed as failure:
+            raise CheckFailed(f"{failure}{_explain_cuda(str(failure))}") from None
+    try:
+        _cp.cuda.Device().synchronize()
+    except Exception as error:  # the kernel faulted after the call returned
+        text = f"{type(error).__name__}: {error}"
+        raise CheckFailed(shorten(f"ядро {what} завершилось с ошибкой CUDA на случае {case}:\n{text}"
+                                  f"{_explain_cuda(text)}\nПосле такой ошибки контекст CUDA процесса "
+                                  "испорчен; остальные проверки идут в своих процессах.")) from None
+    damaged = (seen._outer or seen).damaged_guards()
+    if seen._outer is None:
+        seen.release()
+    if damaged:
+        raise CheckFailed(guard_message(damaged, whose="выделенного массива (выхода)", case=case, what=what))
+    damaged = _INPUTS.damaged_guards()
+    if damaged:
+        raise CheckFailed(guard_message(damaged, whose="входного массива", case=case, what=what))
+    return result
+
+
+#: With causal tile skipping a kernel computes (N+1)/2N of the (Q tile, K/V tile) pairs: 0.53 at N = 16,
+#: 0.56 for 128-row Q tiles and 64-row K/V tiles; without skipping, all of them.
+CAUSAL_TILE_RATIO = 0.6
+
+
+def causal_tile_counts(run_case, cases, *, rows: str = "Br") -> str:
+    """The tile-counter check of the attention kernels (lessons 08 and 09).
+
+    ``run_case(case, causal, counter)`` runs the student's function on one case with ``tile_counter=counter``
+    and checks its values; the causal count must be at most :data:`CAUSAL_TILE_RATIO` of the full one.
+    ``rows`` names the Q-tile height as the lesson writes it.  Returns the verdict's detail line.
+    """
+    counts, ratio = {}, 0.0
+    for c in cases:
+        for is_causal in (False, True):
+            counter = _cp.zeros(1, dtype=_cp.int32)
+            run_case(c, is_causal, counter)
+            counts[is_causal] = int(counter.get()[0])
+        case = describe_case(**c)
+        if counts[False] <= 0:
+            raise CheckFailed(f"счётчик тайлов не изменился ({case}): ядро должно прибавлять к tile_counter "
+                              "число вычисленных пар (тайл Q, тайл K/V) — например, один atomicAdd на блок в конце.")
+        ratio = counts[True] / counts[False]
+        if ratio > CAUSAL_TILE_RATIO:
+            raise CheckFailed(
+                f"causal: {counts[True]} пар тайлов против {counts[False]} без маски — доля {ratio:.2f}, а при "
+                f"пропуске тайлов над диагональю она ≈ (N+1)/2N ≈ 0.5 (допустимо ≤ {CAUSAL_TILE_RATIO}; {case}).\n"
+                "Подсказка: маска применяется, но цикл по тайлам K/V идёт до конца последовательности. "
+                f"Для блока строк [q0, q0 + {rows}) нужны ключи только до q0 + {rows} − 1.")
+    return f"пар тайлов: без маски {counts[False]}, causal {counts[True]} (доля {ratio:.2f})"
+
+
+def to_host(got, *, shape: tuple[int, ...], case: str, name: str = "результат", dtype=np.float32) -> np.ndarray:
+    """A cupy.ndarray of ``shape`` and ``dtype`` (float32 unless a lesson says) copied to the host;
+    anything else is a failure."""
+    if type(got) is not _cp.ndarray:
+        hint = (" Верните массив CuPy (на GPU), не копируйте его на CPU (.get(), cp.asnumpy)."
+                if isinstance(got, np.ndarray) else "")
+        raise CheckFailed(f"{name} должен быть cupy.ndarray, а получено {type(got).__name__} "
+                          f"(случай: {case}).{hint}")
+    if tuple(got.shape) != tuple(shape):
+        raise CheckFailed(f"{name}: форма {tuple(got.shape)}, ожидалась {tuple(shape)} (случай: {case}).")
+    if got.dtype != np.dtype(dtype):
+        raise CheckFailed(f"{name}: dtype {got.dtype}, ожидался {np.dtype(dtype).name} (случай: {case}).")
+    host = _cp.asnumpy(got)
+    bad = ~np.isfinite(host)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise CheckFailed(
+            f"{name} содержит {int(bad.sum())} значений NaN/inf из {host.size} (случай: {case}); первый — "
+            f"по индексу {first}. Либо ядро их вычислило (переполнение exp, деление на 0), либо не записало "
+            "эти элементы: проверка заполняет каждый новый массив на GPU значениями NaN до запуска ядра. "
+            "Подсказка (второй случай): число блоков округлено вниз (n // block вместо "
+            "(n + block − 1) // block) — последний неполный блок не запущен, — или цикл потока кончается раньше.")
+    return host
+
+
+_EXACT_ALLOCATIONS = False  # under compute-sanitizer memcheck: plain cudaMalloc of the exact size
+
+
+def device(array: np.ndarray):
+    """A host array on the GPU: a fresh allocation with guard bytes, checked after each student call."""
+    if _EXACT_ALLOCATIONS:
+        return _cp.asarray(array)
+    array = np.ascontiguousarray(array)
+    base = _cp.get_default_memory_pool().malloc(array.nbytes + 2 * GUARD_BYTES)
+    _cp.cuda.runtime.memset(base.ptr, POISON, array.nbytes + 2 * GUARD_BYTES)
+    _INPUTS.blocks.append((base, array.nbytes))
+    out = _cp.ndarray(array.shape, dtype=array.dtype,
+                      memptr=_cp.cuda.MemoryPointer(base.mem, base.ptr - base.mem.ptr + GUARD_BYTES))
+    out.set(array)
+    return out
+
+
+# --- observing device allocations ----------------------------------------------------------
+
+GUARD_BYTES = 256  # before and after every allocation; 256 keeps CuPy's alignment
+POISON = 0xFF      # every byte 0xFF: each float32 / float64 is a NaN, each int32 is -1
+
+
+class DeviceAllocations:
+    """Every allocation made through CuPy while the block runs: count, total and largest bytes.
+
+    CuPy allocates all arrays through one allocator function; the hook wraps the default memory
+    pool's ``malloc``.  Arrays that existed before (the inputs) are not counted.  Each allocation
+    is filled with NaN (the pool hands back memory the grader just freed, so an element the
+    kernel never writes could otherwise hold the right value by chance) and gets
+    :data:`GUARD_BYTES` of the same pattern before and after it; :meth:`damaged_guards` reports
+    writes into them.  Nested blocks share the outermost hook.
+    """
+
+    _active = None
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.blocks: list = []  # (pooled pointer of size + 2 guards, requested size)
+        self._pool = _cp.get_default_memory_pool()
+        self._outer = None
+
+    def _malloc(self, size: int):
+        self.sizes.append(int(size))
+        base = self._pool.malloc(size + 2 * GUARD_BYTES)
+        _cp.cuda.runtime.memsetAsync(base.ptr, POISON, size + 2 * GUARD_BYTES,
+                                     _cp.cuda.get_current_stream().ptr)
+        self.blocks.append((base, int(size)))
+        return _cp.cuda.MemoryPointer(base.mem, base.ptr - base.mem.ptr + GUARD_BYTES)
+
+    def __enter__(self):
+        if DeviceAllocations._active is not None:  # nested: the outer hook records and guards
+            self._outer = DeviceAllocations._active
+            self._first = len(self._outer.sizes)
+            return self
+        DeviceAllocations._active = self
+        _cp.cuda.set_allocator(self._malloc)
+        return self
+
+    def __exit__(self, *exc):
+        if self._outer is not None:
+            self.sizes = self._outer.sizes[self._first:]
+            return False
+        DeviceAllocations._active = None
+        current = _cp.cuda.get_allocator()
+        _cp.cuda.set_allocator(self._pool.malloc)
+        if exc[0] is None and getattr(current, "__self__", None) is not self:
+            raise CheckFailed("функция заменила распределитель памяти CuPy (cupy.cuda.set_allocator): "
+                              "при проверке это запрещено.")
+        return False
+
+    def damaged_guards(self) -> list:
+        """(requested size, "до"/"после", bytes changed) of every block whose guard bytes changed."""
+        found = []
+        for base, size in self.blocks:
+            offset = base.ptr - base.mem.ptr
+            for where, start in (("до", 0), ("после", GUARD_BYTES + size)):
+                view = _cp.ndarray((GUARD_BYTES,), dtype=_cp.uint8,
+                                   memptr=_cp.cuda.MemoryPointer(base.mem, offset + start))
+                changed = int(GUARD_BYTES - np.count_nonzero(view.get() == POISON))
+                if changed:
+                    found.append((size, where, changed))
+        return found
+
+    def release(self) -> None:
+        self.blocks.clear()
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def largest(self) -> int:
+        return max(self.sizes, default=0)
+
+
+class _GuardedInputs:
+    """Inputs the grader put on the GPU (:func:`device`) with guard bytes; checked after every student call."""
+
+    blocks: list = []
+    damaged_guards = DeviceAllocations.damaged_guards
+
+
+_INPUTS = _GuardedInputs()
+
+
+def guard_message(damaged, *, whose: str, case: str, what: str) -> str:
+    size, where, changed = damaged[0]
+    return (f"ядро {what} записало за пределы {whose} (случай: {case}): изменено {changed} Б из "
+            f"{GUARD_BYTES} контрольных байт {where} массива размером {size} Б. Даже если значения "
+            "совпали, такая запись портит чужую память. Подсказка: нет защиты хвоста "
+            "(`if (i < n)`) при числе блоков, округлённом вверх, или неверно вычислен индекс строки/столбца.")
+
+
+# --- timing ----------------------------------------------------------------------------------
+
+def _timed_loop(function, args, repeat: int) -> float:
+    """Milliseconds per call of ``repeat`` back-to-back calls, bracketed by CUDA events."""
+    start, end = _cp.cuda.Event(), _cp.cuda.Event()
+    start.record()
+    for _ in range(repeat):
+        function(*args)
+    end.record()
+    end.synchronize()
+    return _cp.cuda.get_elapsed_time(start, end) / repeat
+
+
+def time_ms(function, *args, repeat: int = 10, rounds: int = 5, warmup: int = 2) -> float:
+    """Median over ``rounds`` of the mean time per call (grader-side functions)."""
+    for _ in range(warmup):
+        function(*args)
+    _cp.cuda.Device().synchronize()
+    return float(np.median([_timed_loop(function, args, repeat) for _ in range(rounds)]))
+
+
+def time_student(function, *args, case: str, what: str, repeat: int = 10, rounds: int = 5) -> float:
+    """Like :func:`time_ms` for the student's function: the guard is entered once per round."""
+    run_student(function, *args, case=case, what=what)  # warm-up: compilation, module load
+    times = []
+    for _ in range(rounds):
+        times.append(call_student(_timed_loop, function, args, repeat, case=case, what=what))
+    _cp.cuda.Device().synchronize()
+    return float(np.median(times))
+
+
+def attention_flops(H: int, n: int, d: int, causal: bool) -> float:
+    """FLOPs of attention as the course counts them: 4·H·n²·d, half of that when causal."""
+    return 4.0 * H * n * n * d / (2 if causal else 1)
+
+
+def sdpa_ms(q, k, v, causal: bool, dtype: str | None = None) -> float | None:
+    """torch's ``scaled_dot_product_attention`` on the same (H, n, d) device arrays: ms per call, median of
+    three rounds (feedback beside the student's kernel); ``dtype`` ("float16", ...) converts the inputs first.
+    None where torch is missing."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except Exception:
+        return None
+    tq, tk, tv = (torch.as_tensor(a, device="cuda")[None] for a in (q, k, v))
+    if dtype is not None:
+        tq, tk, tv = (t.to(getattr(torch, dtype)) for t in (tq, tk, tv))
+    run = lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)  # noqa: E731
+    for _ in range(2):
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(3):
+            run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 3)
+    return float(np.median(times))
+
+
+def copy_bandwidth(nbytes: int = 2**30) -> float:
+    """Device-to-device copy, bytes read + written per second (the practical memory ceiling)."""
+    src = _cp.empty(nbytes // 4, dtype=_cp.float32)
+    src.fill(1.0)
+    dst = _cp.empty_like(src)
+    ms = time_ms(lambda: dst.__setitem__(Ellipsis, src), repeat=5, rounds=3)
+    del src, dst
+    return 2 * nbytes / (ms * 1e-3)
+
+

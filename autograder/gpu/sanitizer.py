@@ -1,0 +1,154 @@
+"""compute-sanitizer (memcheck, racecheck) around one call of a student's GPU function.
+
+:func:`sanitize` runs ``function(*inputs(**case))`` under the tool, in a worker process started
+through the worker's protocol (:func:`run_once` is that worker's check);
+:func:`sanitizer_check` is what a lesson's check calls: memcheck (with padding after every
+allocation), then racecheck, each failure a message with the tool's findings and a hint.
+Where the tool is missing, the check fails and says how it scores, never passes silently.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import tempfile
+
+from . import runtime as gpu
+from ..isolation import guard, run as isolation  # isolation before any student code: the guard snapshots modules
+from ..checks.core import CheckFailed, GraderFault, call_student, describe_case, shorten
+
+def sanitizer_path() -> str | None:
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and os.path.exists(os.path.join(home, "bin", "compute-sanitizer")):
+            return os.path.join(home, "bin", "compute-sanitizer")
+    return None
+
+
+_SANITIZER = sanitizer_path()
+_allow = getattr(guard, "allow_grader_program", None)
+if _SANITIZER and _allow is not None:  # the worker's guard refuses new processes once student code ran
+    _allow(_SANITIZER)
+
+#: Larger than the furthest a tile load can overrun: 31 rows of d = 128 floats past the end (lesson 08).
+SANITIZER_PADDING_BYTES = 64 * 1024
+
+_SUMMARY = re.compile(r"(RACECHECK|ERROR) SUMMARY: (\d+) (?:hazards? displayed \((\d+) errors?, (\d+) warnings?\)|errors?)")
+
+
+@dataclasses.dataclass(frozen=True)
+class SanitizerReport:
+    errors: int
+    warnings: int
+    log: str
+    returncode: int
+
+
+def sanitize(function, inputs: str, case: dict, *, tool: str = "racecheck", timeout_s: float = 75.0) -> SanitizerReport:
+    """Run ``function(*inputs(**case))`` once under compute-sanitizer, in a worker of its own.
+
+    ``inputs`` names a grader function ("module:function") that builds the arguments on the GPU.
+    The run is an ordinary check (:func:`run_once`) started through the worker's protocol
+    (:func:`autograder.isolation.run.run_check` with compute-sanitizer as its launcher): the student's
+    function travels by value, the guard and the caps are the worker's, and only a nonce-signed
+    reply is believed.  A run lost before the student's code started is the grader's fault
+    (:class:`GraderFault`), never the student's.
+    """
+    sanitizer = _SANITIZER
+    if sanitizer is None:
+        purpose = "гонок в разделяемой памяти" if tool == "racecheck" else "выходов за границы массивов"
+        raise CheckFailed(f"не найден compute-sanitizer (входит в CUDA Toolkit): проверка {purpose} "
+                          "на этой машине невозможна, и эта проверка не засчитывается (0 баллов), а не "
+                          "пропускается. В Colab он есть в /usr/local/cuda/bin; на машине преподавателя "
+                          "проверка пройдёт полностью.")
+    with tempfile.TemporaryDirectory(prefix="autograder-sanitize-") as folder:
+        log_path = os.path.join(folder, "sanitizer.log")
+        # memcheck knows allocations, not which one a pointer came from: a read past K that lands in V
+        # is "valid".  Padding after every allocation (never a valid address) makes such a read an error.
+        padding = ("--padding", str(SANITIZER_PADDING_BYTES)) if tool == "memcheck" else ()
+        launcher = (sanitizer, "--tool", tool, *padding, "--log-file", log_path, "--print-limit", "20")
+        request = {"inputs": inputs, "case": case, "exact_allocations": tool == "memcheck"}
+        result = isolation.run_check(RUN_ONCE, isolation.pack([function]), [request], timeout_s=timeout_s,
+                                     write_protected=(folder,), launcher=launcher)
+        log = open(log_path, encoding="utf-8", errors="replace").read() if os.path.exists(log_path) else ""
+    if result.grader_fault:
+        said = shorten(log.strip()[-600:], 600) if log.strip() else "(журнал compute-sanitizer пуст)"
+        raise GraderFault(f"запуск под compute-sanitizer --tool {tool} не дошёл до вашего кода. {result.message}\n"
+                          f"Журнал compute-sanitizer:\n{said}")
+    errors = warnings = 0
+    summaries = _SUMMARY.findall(log)
+    for kind, total, errs, warns in summaries:
+        errors += int(errs) if errs else int(total)
+        warnings += int(warns or 0)
+    if not result.passed and not errors:
+        if result.message.startswith("Проверка прервана"):  # the worker's timeout
+            raise CheckFailed(f"запуск под compute-sanitizer не завершился за {timeout_s:g} с "
+                              "(ядро не завершается?).")
+        raise CheckFailed(f"запуск под compute-sanitizer не удался: {result.message}")
+    if not summaries:
+        raise CheckFailed("compute-sanitizer не выдал итогов проверки:\n" + shorten(log[-600:], 600))
+    return SanitizerReport(errors, warnings, log, 0 if result.passed else 1)
+
+
+RUN_ONCE = "sanitizer.run_once"
+
+
+@gpu.gpu_check(RUN_ONCE, points=0, title="один запуск функции студента под compute-sanitizer", timeout_s=75.0)
+def run_once(function, cases):
+    """Inside compute-sanitizer: build the inputs, run the student's function once, wait for its kernels."""
+    import importlib
+
+    (request,) = cases
+    if request["exact_allocations"]:  # no pool: memcheck sees each array's exact bounds
+        gpu._EXACT_ALLOCATIONS = True
+        gpu._cp.cuda.set_allocator(None)
+    module, name = request["inputs"].split(":")
+    args = getattr(importlib.import_module(module), name)(**request["case"])
+    gpu._warm_up()
+    call_student(function, *args, case=describe_case(**request["case"]), what="функция")
+    gpu._cp.cuda.Device().synchronize()
+    return "выполнено"
+
+
+def sanitizer_check(function, inputs: str, case_args: dict, case: str, *, races: bool) -> list[str]:
+    """memcheck, then (``races``) racecheck of one case; CheckFailed with the tool's findings.
+
+    The caller has already checked the case's values: the sanitizer answers only for what values
+    cannot show (an out-of-bounds read or write that does not change the output, a race that did
+    not fire).  Returns the parts of the verdict, e.g. ["memcheck: 0 ошибок", "racecheck: 0 гонок"].
+    """
+    report = sanitize(function, inputs, case_args, tool="memcheck")
+    if report.errors:
+        raise CheckFailed(memcheck_message(report, case))
+    done = ["memcheck: 0 ошибок"]
+    if races:
+        report = sanitize(function, inputs, case_args, tool="racecheck")
+        if report.errors:
+            raise CheckFailed(race_message(report, case))
+        done.append("racecheck: 0 гонок")
+    return done
+
+
+def race_message(report: SanitizerReport, case: str) -> str:
+    hazards = [line.strip(" =") for line in report.log.splitlines()
+               if "hazard" in line.lower() or "race reported" in line.lower()][:6]
+    return shorten(
+        f"compute-sanitizer --tool racecheck нашёл гонки в разделяемой памяти: {report.errors} ошибок "
+        f"(случай: {case}).\n" + "\n".join(hazards) +
+        "\nПодсказка: нет __syncthreads() между записью в __shared__ одними потоками и чтением "
+        "другими (после загрузки тайла, после записи частичных сумм) или перед перезаписью тайла. "
+        "Результат при этом может случайно совпасть с эталоном — гонка от этого не исчезает.", 1500)
+
+
+def memcheck_message(report: SanitizerReport, case: str) -> str:
+    found = [line.strip(" =") for line in report.log.splitlines()
+             if "Invalid" in line or "out of bounds" in line or "Address" in line][:6]
+    return shorten(
+        f"compute-sanitizer --tool memcheck нашёл обращения за пределы массивов: {report.errors} ошибок "
+        f"(случай: {case}).\n" + "\n".join(found) +
+        "\nПодсказка: поток с индексом i ≥ n читает или пишет элемент — нет защиты хвоста "
+        "`if (i < n)` при числе блоков, округлённом вверх; или неверен индекс строки/столбца у краёв "
+        "тайла. Такая ошибка может не менять результат и не ронять ядро, но портит чужую память.", 1500)

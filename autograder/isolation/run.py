@@ -1,0 +1,584 @@
+"""Run one check in a fresh worker process, so that student code cannot hurt the grader.
+
+The student's objects travel by value (cloudpickle) to ``python -I -m autograder.isolation.worker``,
+which imports the check before it unpickles anything, caps its address space and runs the
+check.  A hang is killed after the check's timeout, a memory bomb hits the cap and raises
+MemoryError, and ``os._exit`` or a segfault ends only the worker: every case becomes a failed
+check with a Russian message, never a dead kernel or a stalled autograde.
+
+A CPU check's worker is forked by a fork server (``python -I -m autograder.isolation.worker --serve``,
+started like a worker on the first check): it has imported numpy and the grader once, never runs
+student code, and makes each child exactly the process a new worker would be (own session and
+process group, only the request pipe and the two output files open, a fresh scratch folder), so a
+check costs no interpreter start.  A server that dies is started again, a check it dropped is run
+again as a new worker; GPU checks, and every check when ``AUTOGRADER_FORK_SERVER=0``, start a new
+worker as before (tests/test_fork_server.py compares the two).
+
+The worker's output goes to files, not pipes (a student printing gigabytes cannot fill the
+grader's memory), and only a reply line that starts with this run's nonce is believed.  When no
+verdict arrives, the message quotes the end of what the process printed (the student's output
+included): a crash usually says why there.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import json
+import os
+import pickle
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import cloudpickle
+
+from . import sandbox as sandbox_module
+from ..checks.core import CheckResult, get_check, shorten
+from .worker import STAGE, STARTED
+
+#: Environment of the worker: one BLAS thread (deterministic, small address space).
+WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg", "PYTHONIOENCODING": "utf-8"}
+
+#: Where programs look for settings and keep caches, relative to the worker's own empty home (a folder of
+#: its scratch folder, gone after the check): nothing the grader's or the student's home holds (the CUDA
+#: driver's JIT cache, CuPy's compiled kernels, matplotlib's font list, IPython startup files) reaches a
+#: check, and nothing one check writes reaches the next.  Each check compiles its kernels afresh.
+HOME_VARIABLES = {
+    "HOME": "", "XDG_CACHE_HOME": ".cache", "XDG_CONFIG_HOME": ".config", "XDG_DATA_HOME": ".local/share",
+    "XDG_STATE_HOME": ".local/state", "XDG_RUNTIME_DIR": ".run",
+    "CUDA_CACHE_PATH": ".nv/ComputeCache",      # the driver's JIT cache (PTX -> machine code)
+    "CUPY_CACHE_DIR": ".cupy/kernel_cache",     # CuPy's compiled RawKernels
+    "MPLCONFIGDIR": ".config/matplotlib",
+    "IPYTHONDIR": ".ipython", "JUPYTER_CONFIG_DIR": ".jupyter", "JUPYTER_DATA_DIR": ".local/share/jupyter",
+    "TRITON_CACHE_DIR": ".triton/cache", "TORCH_HOME": ".cache/torch", "TORCHINDUCTOR_CACHE_DIR": ".cache/inductor",
+    "NUMBA_CACHE_DIR": ".cache/numba", "PYTHONUSERBASE": ".local",
+}
+#: Of the grader's environment these would point a worker back at files of the grader's own.
+DROPPED_VARIABLES = ("MATPLOTLIBRC", "JUPYTER_CONFIG_PATH", "JUPYTER_PATH", "PYTHONSTARTUP")
+
+
+def home_variables(folder: str) -> dict[str, str]:
+    """The environment variables that point a worker's programs at a home in ``folder``."""
+    return {name: os.path.join(folder, path) if path else folder for name, path in HOME_VARIABLES.items()}
+
+
+def private_home(folder: str) -> dict[str, str]:
+    """Make ``folder`` a fresh home (a copy of :func:`home_template`); its environment variables."""
+    shutil.copytree(home_template(), folder, dirs_exist_ok=True)
+    os.chmod(os.path.join(folder, ".run"), 0o700)
+    return home_variables(folder)
+
+
+_TEMPLATE: dict[str, tempfile.TemporaryDirectory] = {}
+_TEMPLATE_LOCK = threading.Lock()
+
+
+def home_template() -> str:
+    """A home made once per grading process, copied into every worker's: only what this machine's own
+    software writes into an empty home — matplotlib's font list, built here so that no check runs
+    ``fc-list`` (a new process, which the guard refuses once student code has run) or spends seconds on
+    it.  Nothing in it comes from the grader's or the student's home."""
+    with _TEMPLATE_LOCK:
+        if _TEMPLATE.get("owner") != os.getpid():
+            folder = tempfile.TemporaryDirectory(prefix="autograder-home-template-", ignore_cleanup_errors=True)
+            os.makedirs(os.path.join(folder.name, ".run"), mode=0o700)
+            env = {**worker_environment(), **home_variables(folder.name)}
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run([sys.executable, "-I", "-c", "import matplotlib.font_manager"], env=env, cwd=folder.name,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               timeout=120)
+            _TEMPLATE.update(owner=os.getpid(), folder=folder)
+        return _TEMPLATE["folder"].name
+
+
+def worker_environment(base: dict | None = None) -> dict[str, str]:
+    """The grader's environment with the worker's own settings, minus what points at the grader's caches
+    (the home variables come per check: :func:`private_home`)."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in DROPPED_VARIABLES}
+    return {**env, **WORKER_ENV}
+
+
+def _reap_children() -> None:
+    """A grader started with SIGCHLD ignored (inherited from whatever launched it) cannot read a
+    worker's exit status: the kernel reaps the worker itself and ``subprocess`` reports 0 for it,
+    whatever happened.  Put the default back (only the main thread may); the status is then true."""
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+_reap_children()
+
+#: Digests of payloads that already hung in this process: later checks fail at once, so one
+#: endless loop costs its own cells a single timeout, not one per check.
+_HUNG: dict[str, float] = {}
+
+
+#: The sandbox checks start in (:func:`sandboxed`); None: as plain processes.
+_SCOPE: dict = {"sandbox": None}
+
+
+@contextlib.contextmanager
+def sandboxed(box: "sandbox_module.Sandbox | None"):
+    """Checks started in this block run in ``box``, one submission's sandbox (None: no sandbox).
+
+    The fork server, if one was started for ``box``, lives in it and goes with it at the end.
+    """
+    previous, _SCOPE["sandbox"] = _SCOPE["sandbox"], box
+    try:
+        yield
+    finally:
+        _SCOPE["sandbox"] = previous
+        server = _SERVER.get("server")
+        if box is not None and server is not None and server.sandbox == box and server.owner == os.getpid():
+            server.close()
+
+
+class PayloadError(Exception):
+    """The student's objects could not be serialised for the worker."""
+
+
+def student_modules(folder: str | None = None) -> list:
+    """Modules imported from the notebook's folder (a student's helper ``rmshelper.py``).
+
+    The check worker never sees that folder, so such modules travel by value with the objects
+    that use them, exactly like functions defined in the notebook.
+    """
+    folder = os.path.abspath(folder or os.getcwd())
+    found = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        top = name.split(".")[0]
+        if not isinstance(path, str) or top == "autograder":
+            continue
+        parts = os.path.relpath(os.path.abspath(path), folder).split(os.sep)
+        # a module file right in the folder, or a package whose folder is right in it
+        if parts[0] != os.pardir and (len(parts) == 1 or parts[0] == top):
+            found.append(module)
+    return found
+
+
+def pack_one(obj) -> bytes:
+    """Serialise one student object by value (functions from the notebook and from the
+    student's own modules beside it included)."""
+    for module in student_modules():
+        with contextlib.suppress(Exception):
+            cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:  # unpicklable closures, generators, open files...
+        raise PayloadError(f"не удалось передать объект на проверку: {type(error).__name__}: "
+                           f"{shorten(str(error), 300)}") from None
+
+
+def pack(objects: list) -> list[bytes]:
+    return [pack_one(obj) for obj in objects]
+
+
+def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
+              *, timeout_s: float | None = None, secret_dirs: tuple[str, ...] = (),
+              write_protected: tuple[str, ...] = (), fork: bool | None = None,
+              launcher: tuple[str, ...] = ()) -> CheckResult:
+    """Run ``check_id`` on the packed objects (one blob each) in a worker; return its result.
+
+    ``secret_dirs`` (never readable by student code) and ``write_protected`` (never writable)
+    add to the guard's defaults: this repository's solutions/, the package, the environment.
+    ``fork``: start the worker from the fork server (None: for CPU checks, unless
+    ``AUTOGRADER_FORK_SERVER=0``) or as a new Python process (False).
+    ``launcher``: a program that starts the worker's command line (compute-sanitizer and its
+    options): the worker is then a new process, and its parent is the launcher.
+
+    A worker that ends before the student's code ran is the grader's fault: the check runs once
+    more in a new process, and if that fails too the result says so (``grader_fault``).
+    """
+    result = _run_check_once(check_id, payloads, cases, timeout_s=timeout_s, secret_dirs=secret_dirs,
+                             write_protected=write_protected, fork=fork, launcher=launcher)
+    if result.grader_fault:
+        result = _run_check_once(check_id, payloads, cases, timeout_s=timeout_s, secret_dirs=secret_dirs,
+                                 write_protected=write_protected, fork=False, launcher=launcher)
+    return result
+
+
+def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *, timeout_s: float | None,
+                    secret_dirs: tuple[str, ...], write_protected: tuple[str, ...],
+                    fork: bool | None, launcher: tuple[str, ...] = ()) -> CheckResult:
+    check = get_check(check_id)
+    timeout = check.timeout_s if timeout_s is None else timeout_s
+    nonce = secrets.token_hex(16)
+
+    def failed(message: str) -> CheckResult:
+        return CheckResult(check_id, check.title, check.points, False, message)
+
+    digest = hashlib.sha256(b"".join(payloads)).hexdigest()
+    if digest in _HUNG:
+        return failed(f"Проверка не запускалась: эта же функция уже не завершилась за {_HUNG[digest]:g} с "
+                      "на предыдущей проверке (бесконечный цикл?).")
+    box = _SCOPE["sandbox"]
+    env = {**worker_environment(), "AUTOGRADER_PARENT": str(os.getpid())}
+    if launcher or box is not None:  # the worker's parent is the launcher, or bubblewrap's init in the sandbox:
+        del env["AUTOGRADER_PARENT"]  # it dies with that one (and it with the group, or the sandbox)
+    if box is not None:
+        box = box.with_gpu(check.needs_gpu)
+        env["AUTOGRADER_SANDBOXED"] = "1"
+    scratch = box.scratch if box is not None else None  # inside the sandbox, only its scratch folder is writable
+    # What student code leaves in its folder must not make the cleanup raise in the grader.
+    with tempfile.TemporaryDirectory(prefix="autograder-", dir=scratch, ignore_cleanup_errors=True) as workdir, \
+            tempfile.TemporaryDirectory(prefix="autograder-home-", dir=scratch, ignore_cleanup_errors=True) as home_dir, \
+            tempfile.TemporaryDirectory(prefix="autograder-out-", dir=scratch, ignore_cleanup_errors=True) as outdir:
+        home = private_home(home_dir)
+        out_path, err_path = os.path.join(outdir, "reply"), os.path.join(outdir, "stderr")
+        output_path = os.path.join(outdir, "output")  # what runs in the worker prints, student code included
+        request = pickle.dumps({"check_id": check_id, "cases": cases, "payloads": list(payloads),
+                                "memory_limit_gib": check.memory_limit_gib, "nonce": nonce,
+                                "output_path": output_path, "secret_dirs": tuple(secret_dirs),
+                                "write_protected": tuple(write_protected),
+                                "max_processes": sandbox_module.process_limit() if box is not None else None})
+        with open(out_path, "ab") as out, open(err_path, "ab") as err:
+            process = _start(check, env, home, workdir, out, err, fork=False if launcher else fork,
+                             launcher=launcher, box=box)
+        try:
+            process.communicate(request, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            process.wait()
+            _HUNG[digest] = timeout
+            return failed(f"Проверка прервана: функция не завершилась за {timeout:g} с. "
+                          "Вероятно, бесконечный цикл или слишком медленный алгоритм "
+                          "(например, цикл по элементам вместо операций над блоками).")
+        except BrokenPipeError:  # the worker died before it read the request
+            process.wait()
+        except ServerGone:  # the fork server died under the check: run it again, as a plain worker
+            _kill_group(process)
+            return run_check(check_id, payloads, cases, timeout_s=timeout, secret_dirs=secret_dirs,
+                             write_protected=write_protected, fork=False, launcher=launcher)
+        finally:
+            _kill_group(process)  # whatever the student's code left running
+            if isinstance(process, _ForkedWorker):
+                process.finish()
+        return _parse_reply(check, process.returncode, nonce, _tail(out_path),
+                            _tail(err_path) + _tail(output_path))
+
+
+# --- starting a worker: a new Python process, or a fork of the fork server ------------------
+
+class ServerGone(Exception):
+    """The fork server stopped answering (it died, or this process lost it)."""
+
+
+def _start(check, env: dict, home: dict, workdir: str, out, err, *, fork: bool | None,
+           launcher: tuple[str, ...] = (), box=None):
+    """The worker of one check, with the request still to be written to its stdin; ``home``: the
+    variables of its own home (a forked worker sets them itself: the server's environment is shared);
+    ``box``: the sandbox it runs in (the fork server then runs there too)."""
+    if fork is None:
+        fork = not check.needs_gpu and os.environ.get("AUTOGRADER_FORK_SERVER", "1") != "0"
+    if fork and _SERVER_LOCK.acquire(blocking=False):  # another thread's check: a plain worker
+        try:
+            for _ in range(2):  # a server that died since the last check is started again, once
+                server = _fork_server(env, box)
+                if server is None:
+                    break
+                try:
+                    return server.start(check.id, workdir, home, out, err, _SERVER_LOCK)
+                except ServerGone:
+                    server.close()
+                except _NoFork:
+                    break
+        except BaseException:
+            _SERVER_LOCK.release()
+            raise
+        _SERVER_LOCK.release()
+    argv, env = [*launcher, sys.executable, "-I", "-m", "autograder.isolation.worker"], {**env, **home}
+    if box is not None:
+        argv = sandbox_module.command(box, argv, env=env, cwd=workdir)
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=workdir, env=env,
+                            start_new_session=True)  # its own process group: a timeout kills the children too
+
+
+class _NoFork(Exception):
+    """The fork server declined this check (it could not import the check, or threads run)."""
+
+
+_SERVER_LOCK = threading.Lock()
+_SERVER: dict = {}  # "server": the _ForkServer of this process, if one was started
+
+
+def _fork_server(env: dict, box=None):
+    """This process's fork server for workers with environment ``env`` in sandbox ``box`` (started on
+    first use, again when either changed or the server died); None when none can be started."""
+    server = _SERVER.get("server")
+    if server is not None and (server.owner != os.getpid() or server.env != env or server.sandbox != box
+                               or server.dead()):
+        if server.owner == os.getpid():
+            server.close()
+        server = None
+    if server is None:
+        try:
+            server = _SERVER["server"] = _ForkServer(env, box)
+        except OSError:
+            return None
+    return server
+
+
+@atexit.register
+def _stop_fork_server() -> None:
+    """At exit the server gets end-of-file and ends; waiting for it keeps its time in this
+    process's accounting (``RUSAGE_CHILDREN``) and leaves no zombie."""
+    server = _SERVER.get("server")
+    if server is not None and server.owner == os.getpid():
+        with contextlib.suppress(OSError):
+            server.control.close()
+        try:
+            server.process.wait(timeout=2)
+        except Exception:  # noqa: BLE001 - a check still running: the server dies with us anyway
+            server.close()
+
+
+class _ForkServer:
+    """``python -I -m autograder.isolation.worker --serve``, started like a worker (same interpreter, flags and
+    environment, own session), that forks one child per check (:func:`autograder.isolation.worker.serve`)."""
+
+    def __init__(self, env: dict, box=None):
+        self.env, self.owner, self.sandbox = dict(env), os.getpid(), box
+        # The server imports numpy and the grader with an empty home of its own (matplotlib, for one,
+        # reads its settings at import); each child then points the variables at its check's home.
+        self.home = tempfile.TemporaryDirectory(prefix="autograder-server-", ignore_cleanup_errors=True,
+                                                dir=box.scratch if box is not None else None)
+        server_env = {**env, **private_home(self.home.name)}
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            argv = [sys.executable, "-I", "-m", "autograder.isolation.worker", "--serve", str(theirs.fileno())]
+            if box is not None:  # the server and every check it forks live in the submission's sandbox
+                argv = sandbox_module.command(box, argv, env=server_env, cwd=box.scratch)
+            self.process = subprocess.Popen(
+                argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, cwd="/", env=server_env, start_new_session=True)
+
+    def dead(self) -> bool:
+        return self.process.poll() is not None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.control.close()
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        with contextlib.suppress(Exception):
+            self.process.wait(timeout=5)
+        self.home.cleanup()
+        if _SERVER.get("server") is self:
+            del _SERVER["server"]
+
+    def message(self, timeout: float | None) -> dict:
+        try:
+            self.control.settimeout(timeout)
+            data = self.control.recv(65536)
+        except socket.timeout:
+            raise
+        except OSError as error:
+            raise ServerGone(str(error)) from None
+        if not data:
+            raise ServerGone("the fork server closed the connection")
+        return json.loads(data)
+
+    def start(self, check_id: str, workdir: str, home: dict, out, err, lock) -> "_ForkedWorker":
+        stdin, request_pipe = os.pipe()
+        order = {"check_id": check_id, "cwd": workdir, "env": home}
+        try:
+            try:
+                socket.send_fds(self.control, [json.dumps(order).encode()], [stdin, out.fileno(), err.fileno()])
+            except OSError as error:
+                raise ServerGone(str(error)) from None
+            finally:
+                os.close(stdin)
+            try:
+                reply = self.message(timeout=60)
+            except socket.timeout:
+                raise ServerGone("the fork server did not answer") from None
+        except BaseException:
+            os.close(request_pipe)
+            raise
+        if "pid" not in reply:
+            os.close(request_pipe)
+            raise _NoFork(reply.get("error"))
+        return _ForkedWorker(self, reply["pid"], request_pipe, lock)
+
+
+class _ForkedWorker:
+    """A worker forked by the fork server, with what run_check uses of subprocess.Popen."""
+
+    def __init__(self, server: _ForkServer, pid: int, request_pipe: int, lock):
+        self.server, self.pid, self.returncode = server, pid, None
+        self._pipe, self._lock = request_pipe, lock
+
+    def communicate(self, request: bytes, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pipe, self._pipe, view = self._pipe, None, memoryview(request)
+        try:
+            while view:  # BrokenPipeError: the worker died before it read the request
+                view = view[os.write(pipe, view):]
+        finally:
+            os.close(pipe)
+        self._wait(max(deadline - time.monotonic(), 0.001), timeout)
+
+    def wait(self) -> int:
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        try:
+            return self._wait(None, None)
+        except ServerGone:  # after a kill or a broken pipe: the child died with its server
+            self.returncode = -signal.SIGKILL
+            return self.returncode
+
+    def _wait(self, remaining: float | None, timeout: float | None) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        try:
+            reply = self.server.message(remaining)
+        except socket.timeout:
+            raise subprocess.TimeoutExpired("autograder.isolation.worker", timeout) from None
+        except ServerGone:
+            self._release()
+            self.server.close()
+            raise
+        self.returncode = int(reply["returncode"])
+        self._release()
+        return self.returncode
+
+    def kill(self) -> None:
+        """Kill what the check left running.  Outside a sandbox: the child's process group.  In one, the
+        server's pids are the sandbox's own, so the server has already killed every other process there
+        once the check ended; a check still running (a timeout) takes the whole sandbox with it."""
+        if self.server.sandbox is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        elif self.returncode is None:
+            self.server.close()
+            self.returncode = -signal.SIGKILL
+            self._release()
+
+    def finish(self) -> None:
+        """After run_check: a worker whose end the server never reported (an exception in the
+        grader) leaves the server out of step, so that server is not used again."""
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        if self.returncode is None:
+            self.server.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+def _tail(path: str, limit: int = 64 * 1024) -> bytes:
+    """The last ``limit`` bytes of a worker's output file (the reply is written last); b"" if none."""
+    if not os.path.exists(path):
+        return b""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, handle.tell() - limit))
+        return handle.read()
+
+
+def _kill_group(process) -> None:
+    if isinstance(process, _ForkedWorker):
+        process.kill()
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+GRADER_FAULT = ("Сбой проверяющей системы, а не вашего решения: {what}. Эта проверка не оценена "
+                "(не ноль — просто нет оценки). Что делать: перезапустите ядро ноутбука («Ядро» → «Перезапустить "
+                "ядро») и выполните ячейки заново; если сбой повторится, пришлите это сообщение целиком "
+                "преподавателю. При автопроверке курса такая работа остаётся непроверенной, пока её не перепроверят.")
+#: Below this much free space for temporary files a grader fault says how much is left.
+LOW_DISK_BYTES = 1024 * 2**20
+#: Where a worker lost before the student's code stopped, by the last stage it signed (worker.STAGE).
+LOST_AT = {None: "до чтения задания", "request": "при загрузке проверки",
+           "check": "при установке ограничений и защиты", "guard": "перед запуском вашего кода"}
+
+
+def damaged_byte_objects() -> list[int]:
+    """Byte values whose shared one-byte ``bytes`` object in this process no longer holds that byte.
+
+    CPython keeps one object per byte value (``b" "``, ``bytes([32])``, one-byte slices); a native library
+    that writes into it (NVRTC into ``b" " * 1``, the buffer of an empty log) changes it for the whole
+    process.  The grader does not rely on these objects; the message names them, since the rest of the
+    process (the student's own code) may."""
+    return [value for value in range(256) if bytes([value])[0] != value]
+
+
+def grader_fault(check, what: str, err: bytes = b"") -> CheckResult:
+    """The result of a check that the grader could not run; ``what`` says what went wrong (Russian)."""
+    message = GRADER_FAULT.format(what=what)
+    free = shutil.disk_usage(tempfile.gettempdir()).free
+    if free < LOW_DISK_BYTES:
+        message += f"\nНа диске для временных файлов ({tempfile.gettempdir()}) свободно {free / 2**20:.0f} МиБ."
+    damaged = damaged_byte_objects()
+    if damaged:
+        message += ("\nВ этом процессе испорчены общие однобайтовые объекты bytes (значения "
+                    + ", ".join(f"0x{v:02x}" for v in damaged[:8]) + "): их перезаписала нативная библиотека; "
+                    "перезапуск ядра их восстанавливает.")
+    tail = err.decode("utf-8", "replace").strip()
+    if tail:
+        message += "\nПоследние строки вывода:\n" + shorten(tail[-800:], 800)
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        message += "\nSIGCHLD игнорируется в процессе проверки: код завершения исполнителя неизвестен."
+    return CheckResult(check.id, check.title, check.points, False, message, grader_fault=True)
+
+
+def signed_lines(out: bytes, nonce: str) -> list[str]:
+    """The lines of a worker's reply file signed with ``nonce``, without the signature.
+
+    Decoded as text first: the signature is matched as a string, never built from one-byte ``bytes``
+    objects, which a native library in this process may have overwritten (:func:`damaged_byte_objects`)."""
+    marker = nonce + " "
+    return [line[len(marker):] for line in out.decode("ascii", "replace").splitlines() if line.startswith(marker)]
+
+
+def _parse_reply(check, returncode: int, nonce: str, out: bytes, err: bytes) -> CheckResult:
+    lines = signed_lines(out, nonce)
+    started = STARTED in lines  # the worker got as far as the student's code
+    stages = [line[len(STAGE):] for line in lines if line.startswith(STAGE)]
+    replies = [line for line in lines if line != STARTED and not line.startswith(STAGE)]
+    if not replies and not started:
+        where = LOST_AT.get(stages[-1] if stages else None, "перед запуском вашего кода")
+        return grader_fault(check, f"процесс проверки завершился с кодом {returncode} {where}, не дойдя до "
+                                   "вашего кода", err)
+    if returncode == 0 and replies:
+        try:
+            reply = json.loads(replies[-1])
+            if reply.get("grader_fault") is True:
+                return grader_fault(check, str(reply["message"]))
+            return CheckResult(check.id, check.title, check.points, reply["passed"] is True,
+                               str(reply["message"]), reply.get("mistake"), reply.get("not_started") is True)
+        except (ValueError, KeyError, TypeError):
+            return CheckResult(check.id, check.title, check.points, False,
+                               "Проверка вернула нечитаемый ответ (внутренняя ошибка проверки): "
+                               + shorten(replies[-1], 300))
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        what = {"SIGSEGV": "обращение к недопустимой памяти (segfault)",
+                "SIGKILL": "процесс убит (скорее всего, не хватило памяти)",
+                "SIGABRT": "аварийное завершение (abort)"}.get(name, "процесс завершён сигналом")
+        message = f"Проверка упала: {what}, сигнал {name}. Ядро и остальные проверки не затронуты."
+    else:
+        message = (f"Проверка не получила результата: процесс проверки завершился с кодом {returncode}. "
+                   "Функция не должна вызывать os._exit / sys.exit или завершать процесс.")
+    tail = err.decode("utf-8", "replace").strip()
+    if tail:
+        message += "\nПоследние строки вывода:\n" + shorten(tail[-800:], 800)
+    return CheckResult(check.id, check.title, check.points, False, message)

@@ -1,0 +1,260 @@
+"""The worker process: ``python -I -m autograder.isolation.worker`` runs one check and writes one reply line.
+
+Order matters: read the request, keep the real stdout for the reply, send fd 1 and 2 to an
+output file of the grader's (the student's prints and warnings must not reach the reply or
+nbgrader's stderr), cap memory and file sizes, import the check (so it captures numpy, tracemalloc and
+friends before any student code exists), install the guard, and only then unpickle the
+student's objects.
+
+The reply line starts with a nonce that only the grader and this module's ``main`` frame know
+(student code may not reach frames or the garbage collector), and it is encoded with C
+functions bound before student code ran: a student who writes a forged verdict to the output,
+or patches ``json``, does not pass.
+
+Every line is built as text and encoded whole, never from one-byte ``bytes`` constants such as
+``b" "``: CPython shares one object per byte value across the process, and a native library that
+writes into it (NVRTC does, given ``b" " * 1`` as the buffer of an empty log) changes every such
+constant at once.  Before the student's code the worker signs the stage it reached (``stage
+request``, ``stage check``, ``stage guard``), and a grader error on the way is a signed grader-fault
+reply with its cause: a worker never ends silently before the student's code.
+"""
+from __future__ import annotations
+
+import json
+import json.encoder
+import os
+import pickle
+import signal
+import sys
+import tempfile
+
+#: Bound at import, before any student code: C functions whose code cannot be swapped.
+_write = os.write
+_quote = json.encoder.encode_basestring_ascii
+_exit = os._exit
+
+#: The line (after the nonce) that says the student's code is about to run.
+STARTED = "started"
+#: The lines before it: how far a worker got (``stage request``, ``stage check``, ``stage guard``).
+STAGE = "stage "
+
+#: A check's scratch and output files are capped: a student printing forever fills no disk.
+FILE_LIMIT_MIB = 64
+
+
+def _line(fd: int, nonce: str, text: str) -> None:
+    """One signed line; ``text`` is ASCII.  Built as one string, encoded once (see the module's docstring)."""
+    _write(fd, ("\n%s %s\n" % (nonce, text)).encode("ascii"))
+
+
+def _reply(fd: int, nonce: str, passed: bool, message: str, mistake, not_started=False,
+           grader_fault=False) -> None:
+    text = '{"passed": %s, "message": %s, "mistake": %s, "not_started": %s, "grader_fault": %s}' % (
+        "true" if passed is True else "false",
+        _quote(message if type(message) is str else "?"),
+        _quote(mistake) if type(mistake) is str else "null",
+        "true" if not_started is True else "false",
+        "true" if grader_fault is True else "false")
+    _line(fd, nonce, text)
+
+
+def _die_with_parent() -> None:
+    """A check never outlives the grader that started it (a killed autograde leaves no check
+    running): Linux delivers SIGKILL here when the parent (the grader, or the fork server that
+    the grader started and that dies with it) dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != os.environ.get("AUTOGRADER_PARENT", str(os.getppid())):
+        _exit(1)  # the parent died before the request was even read
+
+
+def main() -> None:
+    _die_with_parent()
+    request = pickle.loads(sys.stdin.buffer.read())
+    nonce = request.pop("nonce")
+    sys.dont_write_bytecode = True
+    reply_fd = os.dup(1)
+    _line(reply_fd, nonce, STAGE + "request")
+    try:
+        check, guard, errors = _prepare(request, reply_fd, nonce)
+    except BaseException as error:  # noqa: BLE001 - the grader's own failure, before any student code
+        import traceback
+
+        where = "".join(traceback.format_exception(type(error), error, error.__traceback__)[-3:])
+        _reply(reply_fd, nonce, False, f"исполнитель проверки не запустился: {type(error).__name__}: {error}\n"
+               f"{where.strip()[-600:]}", None, grader_fault=True)
+        _exit(0)
+    CheckFailed, GraderFault, shorten = errors
+    passed, message, mistake, not_started, fault = False, "", None, False, False
+    if os.environ.get("AUTOGRADER_INJECT_WORKER_FAULT") == request["check_id"]:
+        _exit(0)  # fault injection (tests/test_class_faults.py): a worker lost before the student's code
+    # From here on the student's code may end the process; before it, a missing verdict is the grader's.
+    _line(reply_fd, nonce, STARTED)
+    try:
+        try:
+            with guard.student_code():
+                objects = [pickle.loads(blob) for blob in request["payloads"]]
+        except guard.Tampering as error:
+            raise CheckFailed(f"Нарушение правил проверки при передаче объекта: {error}.") from None
+        except Exception as error:
+            name, text = guard.describe(error)
+            raise CheckFailed(f"Не удалось восстановить ваш объект для проверки: "
+                              f"{name}: {shorten(text, 300)}") from None
+        cases = request["cases"]
+        if os.environ.get("AUTOGRADER_INJECT_GRADER_FAULT") == request["check_id"]:
+            raise GraderFault("проверочный сбой (AUTOGRADER_INJECT_GRADER_FAULT)")  # tests/test_hardening_worker.py
+        detail = check.function(*objects, **({"cases": cases} if cases is not None else {}))
+        passed, message = True, detail if type(detail) is str else ""
+    except GraderFault as error:  # raised by grader code only: call_student turns student errors into CheckFailed
+        message, fault = str(error), True
+    except CheckFailed as failure:
+        message, mistake = str(failure), getattr(failure, "mistake", None)
+        not_started = getattr(failure, "not_started", False) is True
+    except MemoryError:
+        message = "Проверка исчерпала лимит памяти (MemoryError)."
+    except guard.Tampering as error:
+        message = f"Нарушение правил проверки: {error}."
+    except BaseException as error:  # a bug of the check itself must still say something
+        denied = guard.refused_to_grader(error)
+        try:
+            name, text = guard.describe(error)
+        except guard.Tampering as tampering:
+            name, text = "Tampering", str(tampering)
+        if denied:  # the guard stopped the check's own code: the grader's defect, not the student's
+            message, fault = f"защита проверки запретила действие самой проверки: {denied}", True
+        else:
+            message = f"Внутренняя ошибка проверки: {name}: {shorten(text, 500)}"
+    tampering = guard.verify()
+    if tampering:
+        passed, message, mistake, not_started, fault = False, f"Нарушение правил проверки: {tampering}.", None, False, False
+    _reply(reply_fd, nonce, passed, message, mistake, not_started, fault)
+    _exit(0)  # skip interpreter teardown: student objects may have hostile finalisers
+
+
+def _prepare(request: dict, reply_fd: int, nonce: str):
+    """The grader's part before any student code: output files, the check, limits, the guard."""
+    output_path = request.pop("output_path", None)  # the grader quotes its end when no verdict comes
+    with open(output_path, "w+b") if output_path else tempfile.TemporaryFile() as output:
+        os.dup2(output.fileno(), 1)
+        os.dup2(output.fileno(), 2)
+    sys.stdout = sys.stderr = open(1, "w", closefd=False)
+
+    from . import guard
+    from ..checks.core import CheckFailed, GraderFault, get_check, shorten
+
+    check = get_check(request["check_id"])
+    _line(reply_fd, nonce, STAGE + "check")
+    guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB, request.get("max_processes"))
+    guard.install(gpu=check.needs_gpu, secret_dirs=request.get("secret_dirs", ()),
+                  write_protected=request.get("write_protected", ()))
+    _line(reply_fd, nonce, STAGE + "guard")
+    return check, guard, (CheckFailed, GraderFault, shorten)
+
+
+# --- the fork server -------------------------------------------------------------------------
+
+def serve(control_fd: int) -> None:
+    """``python -I -m autograder.isolation.worker --serve FD``: start checks without starting Python.
+
+    A fresh worker spends most of a short check importing numpy and the grader.  This process,
+    started by the grader (:mod:`autograder.isolation.run`) exactly like a worker, imports them once
+    and then only forks: for each order on the control socket (a check id and a folder, with the
+    three descriptors the grader would give a worker: the request pipe, the reply file and the
+    output file) the child becomes what ``Popen(..., start_new_session=True, cwd=folder)`` would
+    have started — its own session and process group, those descriptors as 0, 1 and 2 and no
+    other, that folder — and runs :func:`main`, which does everything a worker does (death with
+    its parent, limits, guard, nonce-signed reply).  This process never reads a request, never
+    unpickles anything and never runs student code; it answers the child's pid once the child is
+    in its own session, and its exit status once it is reaped.
+    """
+    _die_with_parent()
+    from . import guard  # noqa: F401 - imported once, here: numpy, the guard's snapshot
+    from ..checks.core import get_check
+
+    before = set(sys.modules)
+    import socket
+    serving = tuple(set(sys.modules) - before)  # what only serving needs: gone again in each child
+    start = os.getcwd()
+    sandboxed = os.environ.get("AUTOGRADER_SANDBOXED") == "1"
+
+    control = socket.socket(fileno=control_fd)
+    me = str(os.getpid())
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, 65536, 3)
+        except OSError:
+            break
+        if not data:
+            break  # the grader is gone
+        try:
+            order = json.loads(data)
+            get_check(order["check_id"])  # the lesson's module, imported before any fork
+            if len(fds) != 3 or len(os.listdir("/proc/self/task")) != 1:
+                raise RuntimeError("no fork: descriptors missing or threads running")
+        except Exception as error:  # noqa: BLE001 - the grader starts a plain worker instead
+            for fd in fds:
+                os.close(fd)
+            control.send(json.dumps({"error": f"{type(error).__name__}: {error}"}).encode())
+            continue
+        ready, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _child(order["cwd"], order.get("env", {}), fds, me, serving, start)
+        os.close(ready_w)
+        for fd in fds:
+            os.close(fd)
+        os.read(ready, 1)  # returns when the child closed its copy: it is in its own session
+        os.close(ready)
+        control.send(json.dumps({"pid": pid}).encode())
+        _, status = os.waitpid(pid, 0)
+        if sandboxed:
+            _kill_the_rest()
+        control.send(json.dumps({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def _kill_the_rest() -> None:
+    """In a sandbox (its own PID namespace) after a check: kill every process but bubblewrap's init and
+    this server — whatever the check's code left running, daemons that left its session included."""
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in (1, me):
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _child(cwd: str, env: dict, fds: list[int], server: str, serving: tuple, start: str) -> None:
+    """In the forked child: become a fresh worker's process, then run :func:`main`.
+
+    ``env`` is what differs from the server's environment for this check: its own empty home and caches.
+    """
+    try:
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the control socket and the ready pipe too
+        os.chdir(cwd)
+        os.environ.update(env)
+        os.environ["AUTOGRADER_PARENT"] = server
+        del sys.argv[1:]
+        for name in serving:
+            sys.modules.pop(name, None)
+        if sys.path[:1] == [start]:  # Python < 3.11: -m put the server's folder first, a worker's own
+            sys.path[0] = os.getcwd()
+        if "numpy.random" in sys.modules:  # a fresh process draws its own global seed
+            sys.modules["numpy.random"].seed()
+        main()
+    finally:
+        _exit(70)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        serve(int(sys.argv[2]))
+    else:
+        main()

@@ -1,0 +1,315 @@
+"""Lesson 06's demonstrations (not graded): device facts, launch latency, coalescing, ownership pictures.
+
+* :func:`device_facts` reads the execution-model numbers of the student's GPU (CuPy device
+  properties); :data:`REFERENCE_GPUS` holds the same numbers for a T4 and an H200 with their sources.
+* :func:`launch_latency` and :func:`strided_bandwidth` measure with CUDA events on the student's GPU;
+  ``benchmarks/gpu_kernels.py`` runs them on an H200 and the lesson quotes that run.
+* The ``plot_*`` functions draw, from the index arithmetic alone (no GPU needed), which block and
+  thread own which element - the pictures GPU-Puzzles draws beside each exercise.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ...gpu import runtime as gpu
+
+# Figures of the two GPUs the lesson compares.  T4: NVIDIA T4 datasheet (40 SMs, 320 GB/s, fp32 8.1
+# TFLOP/s), NVIDIA Turing architecture whitepaper and the CUDA C++ Programming Guide's table for
+# compute capability 7.5 (1024 threads and 64 KB shared memory per SM, 64K registers per SM, 4 MB L2).
+# H200: the device properties read on the H200 used for this course (benchmarks/results/gpu_kernels_h200.json,
+# key "device_facts"), the H200 datasheet (141 GB HBM3e, 4.8 TB/s) and the H100 SXM fp32 figure (67 TFLOP/s).
+REFERENCE_GPUS = {
+    "T4 (Colab)": {"compute capability": "7.5", "SM": 40, "warp": 32, "потоков на блок, макс.": 1024,
+                   "потоков на SM, макс.": 1024, "регистров на SM (32 бит)": 65536,
+                   "разделяемая память на SM, КиБ": 64, "разделяемая память на блок, КиБ (opt-in)": 64,
+                   "L2, МиБ": 4, "память, ГБ": 16, "память, ГБ/с (паспорт)": 320, "fp32, TFLOP/s (паспорт)": 8.1},
+    "H200": {"compute capability": "9.0", "SM": 132, "warp": 32, "потоков на блок, макс.": 1024,
+             "потоков на SM, макс.": 2048, "регистров на SM (32 бит)": 65536,
+             "разделяемая память на SM, КиБ": 228, "разделяемая память на блок, КиБ (opt-in)": 227,
+             "L2, МиБ": 60, "память, ГБ": 141, "память, ГБ/с (паспорт)": 4800, "fp32, TFLOP/s (паспорт)": 67},
+}
+FACT_KEYS = list(REFERENCE_GPUS["T4 (Colab)"])
+
+
+def device_facts() -> dict | None:
+    """The execution-model numbers of GPU 0 as :data:`REFERENCE_GPUS` names them, or None without a GPU."""
+    ok, _ = gpu.gpu_status()
+    if not ok:
+        return None
+    cp = gpu._cp
+    p = cp.cuda.runtime.getDeviceProperties(0)
+    name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
+    facts = {"name": name, "compute capability": f"{p['major']}.{p['minor']}", "SM": p["multiProcessorCount"],
+             "warp": p["warpSize"], "потоков на блок, макс.": p["maxThreadsPerBlock"],
+             "потоков на SM, макс.": p["maxThreadsPerMultiProcessor"],
+             "регистров на SM (32 бит)": p["regsPerMultiprocessor"],
+             "разделяемая память на SM, КиБ": p["sharedMemPerMultiprocessor"] // 1024,
+             "разделяемая память на блок, КиБ (opt-in)": p.get("sharedMemPerBlockOptin", p["sharedMemPerBlock"]) // 1024,
+             "L2, МиБ": round(p["l2CacheSize"] / 2**20, 1), "память, ГБ": round(p["totalGlobalMem"] / 1e9, 1)}
+    return facts
+
+
+def describe_gpu() -> None:
+    """Print the student's GPU next to the T4 and the H200 (or say there is none)."""
+    mine = device_facts()
+    columns = dict(REFERENCE_GPUS)
+    if mine is not None:
+        columns = {f"ваш: {mine['name']}": mine, **columns}
+    width = max(len(k) for k in FACT_KEYS) + 2
+    print(f"{'':<{width}}" + "".join(f"{name[:22]:>24}" for name in columns))
+    for key in FACT_KEYS:
+        print(f"{key:<{width}}" + "".join(f"{str(col.get(key, '—')):>24}" for col in columns.values()))
+    if mine is None:
+        print("\n" + gpu.describe_gpu())
+
+
+# --- measurements (need a GPU) ---------------------------------------------------------------
+
+_EMPTY = 'extern "C" __global__ void empty_kernel() {}'
+_AXPB = r'''
+extern "C" __global__ void ten_ops(const float* x, float* y, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = x[i];
+        v = v * 1.5f; v = v + 2.0f; v = v * 0.5f; v = v - 1.0f; v = v * 3.0f;
+        v = v + 0.25f; v = v * 0.75f; v = v - 0.5f; v = v * 2.0f; v = v + 1.0f;
+        y[i] = v;
+    }
+}
+'''
+_STRIDED = r'''
+extern "C" __global__ void strided_copy(const float* x, float* y, long long n, int stride)
+{
+    // A permutation: consecutive threads read elements `stride` apart, every element exactly once.
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const long long rows = n / stride;
+        const long long j = (i % rows) * stride + i / rows;
+        y[i] = x[j];
+    }
+}
+'''
+
+
+def _events_ms(run, repeat: int) -> float:
+    cp = gpu._cp
+    run()
+    cp.cuda.Device().synchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(repeat):
+        run()
+    end.record()
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) / repeat
+
+
+def launch_latency(repeat: int = 2000, n: int = 4096) -> dict:
+    """Microseconds: an empty kernel back to back, launch + wait, and ten CuPy ops vs one fused kernel."""
+    cp = gpu._cp
+    empty = cp.RawKernel(_EMPTY, "empty_kernel")
+    queued = _events_ms(lambda: empty((1,), (32,), ()), repeat) * 1e3
+    empty((1,), (32,), ())
+    cp.cuda.Device().synchronize()
+    waits = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        empty((1,), (32,), ())
+        cp.cuda.Device().synchronize()
+        waits.append(time.perf_counter() - t0)
+    x = cp.arange(n, dtype=cp.float32)
+    y = cp.empty_like(x)
+    fused = cp.RawKernel(_AXPB, "ten_ops")
+
+    def ten_cupy_ops():
+        v = x * 1.5
+        v = v + 2.0
+        v = v * 0.5
+        v = v - 1.0
+        v = v * 3.0
+        v = v + 0.25
+        v = v * 0.75
+        v = v - 0.5
+        v = v * 2.0
+        return v + 1.0
+
+    def one_kernel():
+        fused(((n + 255) // 256,), (256,), (x, y, np.int32(n)))
+
+    return {"empty_kernel_us": queued, "launch_and_wait_us": float(np.median(waits)) * 1e6,
+            "ten_cupy_ops_us": _events_ms(ten_cupy_ops, repeat // 10) * 1e3,
+            "one_fused_kernel_us": _events_ms(one_kernel, repeat // 10) * 1e3, "n": n}
+
+
+def strided_bandwidth(strides=(1, 2, 4, 8, 16, 32, 64), n: int = 1 << 26) -> dict[int, float]:
+    """GB/s (bytes read + written) of a copy whose reads are ``stride`` elements apart within a warp."""
+    cp = gpu._cp
+    x = cp.arange(n, dtype=cp.float32)
+    y = cp.empty_like(x)
+    kernel = cp.RawKernel(_STRIDED, "strided_copy")
+    result = {}
+    for stride in strides:
+        ms = _events_ms(lambda: kernel(((n + 255) // 256,), (256,), (x, y, np.int64(n), np.int32(stride))), 10)
+        result[int(stride)] = 2 * n * 4 / (ms * 1e-3) / 1e9
+    return result
+
+
+# --- pictures: who owns what (no GPU needed) -----------------------------------------------------
+
+def _colors(count: int):
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("tab10")
+    return [cmap(i % 10) for i in range(count)]
+
+
+def plot_ownership_1d(n: int = 20, block: int = 8, ax=None):
+    """scale_add: element i belongs to block i // B, thread i % B; threads with i >= n must do nothing."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    blocks = (n + block - 1) // block
+    total = blocks * block
+    ax = ax or plt.subplots(figsize=(min(0.55 * total + 1, 16), 2.2))[1]
+    colors = _colors(blocks)
+    for i in range(total):
+        b, t = divmod(i, block)
+        inside = i < n
+        ax.add_patch(Rectangle((i, 0), 0.95, 0.95, facecolor=colors[b] if inside else "white",
+                               edgecolor=colors[b], hatch=None if inside else "//", alpha=0.85 if inside else 1))
+        ax.text(i + 0.47, 0.62, f"t{t}", ha="center", va="center", fontsize=7)
+        ax.text(i + 0.47, 0.28, str(i) if inside else "—", ha="center", va="center", fontsize=7)
+    for b in range(blocks):
+        ax.text(b * block + block / 2, 1.15, f"блок {b}", ha="center", fontsize=9, color=colors[b])
+    ax.axvline(n - 0.02, color="red", lw=2)
+    ax.text(n + 0.1, -0.35, "i = n: дальше потоки\nничего не делают", color="red", fontsize=8, va="top")
+    ax.set_xlim(-0.2, total + 0.2)
+    ax.set_ylim(-0.9, 1.5)
+    ax.axis("off")
+    ax.set_title(f"scale_add: n = {n}, блок = {block} потоков, блоков = ⌈n / блок⌉ = {blocks}", fontsize=10)
+    return ax
+
+
+def plot_ownership_rows(T: int = 3, D: int = 20, block: int = 8, ax=None):
+    """row_sums: row t belongs to block t; thread k adds elements k, k + B, k + 2B, ... of the row."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    ax = ax or plt.subplots(figsize=(min(0.5 * D + 3, 16), 0.7 * T + 1.4))[1]
+    colors = _colors(block)
+    for t in range(T):
+        for j in range(D):
+            k = j % block
+            ax.add_patch(Rectangle((j, T - 1 - t), 0.95, 0.9, facecolor=colors[k], alpha=0.8))
+            ax.text(j + 0.47, T - 1 - t + 0.45, f"t{k}", ha="center", va="center", fontsize=7)
+        ax.text(-0.3, T - 1 - t + 0.45, f"блок {t}", ha="right", va="center", fontsize=9)
+        ax.annotate("", xy=(D + 1.6, T - 1 - t + 0.45), xytext=(D + 0.2, T - 1 - t + 0.45),
+                    arrowprops=dict(arrowstyle="->"))
+        ax.text(D + 1.8, T - 1 - t + 0.45, f"out[{t}]: дерево в __shared__ → варп → t0 пишет",
+                va="center", fontsize=8)
+    ax.set_xlim(-3, D + 14)
+    ax.set_ylim(-0.3, T + 0.4)
+    ax.axis("off")
+    ax.set_title(f"row_sums: D = {D}, блок = {block} потоков; цвет — поток, который добавляет элемент в свою частичную сумму",
+                 fontsize=10)
+    return ax
+
+
+def plot_ownership_matmul(M: int = 10, N: int = 12, tile: int = 4, ax=None):
+    """matmul_tiled: C tile (by, bx) belongs to one block; element (ty, tx) of the tile to one thread."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    ax = ax or plt.subplots(figsize=(8, 6))[1]
+    gy, gx = (M + tile - 1) // tile, (N + tile - 1) // tile
+    colors = _colors(gy * gx)
+    for r in range(gy * tile):
+        for c in range(gx * tile):
+            by, bx = r // tile, c // tile
+            inside = r < M and c < N
+            color = colors[by * gx + bx]
+            ax.add_patch(Rectangle((c, -r), 0.95, 0.95, facecolor=color if inside else "white",
+                                   edgecolor=color, hatch=None if inside else "//", alpha=0.75 if inside else 1))
+            if inside:
+                ax.text(c + 0.47, -r + 0.47, f"{r % tile},{c % tile}", ha="center", va="center", fontsize=6)
+    for by in range(gy):
+        for bx in range(gx):
+            ax.text(bx * tile + tile / 2, -by * tile + 1.25 if by == 0 else -by * tile + 1.05,
+                    f"({by},{bx})", ha="center", fontsize=7, color=colors[by * gx + bx])
+    ax.plot([0, N, N, 0, 0], [1, 1, 1 - M, 1 - M, 1], color="red", lw=1.5)
+    ax.set_xlim(-0.5, gx * tile + 0.5)
+    ax.set_ylim(-gy * tile - 0.5, 2)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(f"C = A @ B, M = {M}, N = {N}, тайл {tile}×{tile}: блок (by, bx) пишет свой тайл C,\n"
+                 f"поток (ty, tx) — один элемент; заштрихованные потоки за краем C ничего не пишут", fontsize=10)
+    return ax
+
+
+def plot_flash_ownership(n: int = 12, rows_per_block: int = 4, kv_tile: int = 4, causal: bool = True, ax=None):
+    """Lesson 08 step 1: query row i -> thread i % BR of block i // BR; K/V tiles of BC rows in shared memory."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    ax = ax or plt.subplots(figsize=(8, 6.5))[1]
+    blocks = (n + rows_per_block - 1) // rows_per_block
+    colors = _colors(blocks)
+    for i in range(n):
+        b, t = divmod(i, rows_per_block)
+        q0 = b * rows_per_block
+        kv_end = min(q0 + rows_per_block, n) if causal else n
+        for j in range(n):
+            visited = j < ((kv_end + kv_tile - 1) // kv_tile) * kv_tile
+            masked = causal and j > i
+            face = "white" if not visited else ("lightgrey" if masked else colors[b])
+            ax.add_patch(Rectangle((j, -i), 0.95, 0.95, facecolor=face, edgecolor="grey", lw=0.3,
+                                   hatch="//" if not visited else None, alpha=0.8))
+        ax.text(-0.4, -i + 0.47, f"Q[{i}]: блок {b}, поток {t}", ha="right", va="center", fontsize=7,
+                color=colors[b])
+    for k in range(0, n, kv_tile):
+        ax.add_patch(Rectangle((k, 1.2), kv_tile - 0.05, 0.8, facecolor="khaki", edgecolor="black"))
+        ax.text(k + kv_tile / 2, 1.6, f"K/V тайл {k // kv_tile} → __shared__", ha="center", va="center", fontsize=7)
+    ax.set_xlim(-7, n + 0.5)
+    ax.set_ylim(-n - 0.5, 2.6)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title("Шаг 1: строка i матрицы S (и O) — один поток; цвет — блок; серое — маска j > i;\n"
+                 "заштриховано — тайлы, которые блок пропускает (causal)", fontsize=10)
+    return ax
+
+
+def plot_memory_hierarchy(ax=None):
+    """Boxes: registers, shared memory, L2, DRAM with the T4 and H200 figures of :data:`REFERENCE_GPUS`."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    t4, h = REFERENCE_GPUS["T4 (Colab)"], REFERENCE_GPUS["H200"]
+    levels = [
+        ("регистры потока", f"{t4['регистров на SM (32 бит)'] * 4 // 1024} КиБ на SM",
+         f"{h['регистров на SM (32 бит)'] * 4 // 1024} КиБ на SM", "свои у каждого потока"),
+        ("разделяемая память (__shared__)", f"{t4['разделяемая память на SM, КиБ']} КиБ на SM",
+         f"{h['разделяемая память на SM, КиБ']} КиБ на SM", "общая для потоков блока, на чипе"),
+        ("L2-кэш", f"{t4['L2, МиБ']} МиБ", f"{h['L2, МиБ']} МиБ", "общий для всех SM"),
+        ("глобальная память (GDDR6 / HBM3e)", f"{t4['память, ГБ']} ГБ, {t4['память, ГБ/с (паспорт)']} ГБ/с",
+         f"{h['память, ГБ']} ГБ, {h['память, ГБ/с (паспорт)'] / 1000:g} ТБ/с", "cp.ndarray живут здесь"),
+    ]
+    ax = ax or plt.subplots(figsize=(10, 4.6))[1]
+    for k, (name, a, b, note) in enumerate(levels):
+        width = 4 + 2.2 * k
+        x0 = (12 - width) / 2
+        y0 = 3 - k
+        ax.add_patch(FancyBboxPatch((x0, y0), width, 0.8, boxstyle="round,pad=0.02",
+                                    facecolor=plt.get_cmap("Blues")(0.25 + 0.18 * k), edgecolor="black"))
+        ax.text(6, y0 + 0.55, name, ha="center", va="center", fontsize=10, weight="bold")
+        ax.text(6, y0 + 0.22, f"T4: {a}   |   H200: {b}   ({note})", ha="center", va="center", fontsize=8)
+    ax.text(0.1, 3.4, "быстрее, меньше", fontsize=8)
+    ax.text(0.1, -0.2, "медленнее, больше", fontsize=8)
+    ax.set_xlim(0, 12)
+    ax.set_ylim(-0.4, 4)
+    ax.axis("off")
+    ax.set_title("Иерархия памяти GPU (размеры — по документации NVIDIA; источники в autograder/cuda_basics.py)",
+                 fontsize=10)
+    return ax

@@ -1,0 +1,637 @@
+"""nbgrader's Execute step, with graded test cells run by the grader instead of the kernel.
+
+A graded test cell of this course holds only ``from autograder import grade`` and calls
+``grade("lessonNN.name", obj, ..., cases=[...])`` (tests/test_notebooks.py enforces it).  For
+such a cell :class:`IsolatedExecute` does not run the cell's code in the student's kernel: it
+asks the kernel only to serialise the named objects, runs each check in a worker process from
+the grader's own process (:mod:`autograder.isolation.run`) and writes the verdict as the cell's
+outputs.  Whatever the student's cells did to the kernel — redefined ``grade``, patched numpy
+or tracemalloc, silenced tracebacks — cannot reach the score.  Other cells run as usual.
+
+The student's kernel is hardened too (:func:`autograder.isolation.guard.install_kernel` runs first in
+every kernel): its address space is capped, so a memory bomb is a MemoryError, and it may not
+read the instructor's notebooks or write into the course.  A cell that kills the kernel
+(``os._exit``, a segfault, the OOM killer) or hangs without answering the interrupt does not
+cost the notebook: the kernel is restarted, the cells that had run are run again (the culprit
+skipped), the cell gets an error that says what happened, and grading carries on.  nbgrader
+0.9.6 as it comes scores such a notebook 0 in every cell.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import dataclasses
+import glob
+import json
+import os
+import shutil
+import tempfile
+
+from jupyter_client.utils import ensure_async
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import run_sync
+from nbformat.notebooknode import NotebookNode
+from nbgrader.api import MissingEntry
+from nbgrader.converters import Autograde
+from nbgrader.converters.base import NbGraderException
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from traitlets import Enum, Float, Integer, List, Unicode
+
+from ..isolation import run as isolation
+from ..isolation import sandbox as sandbox_module
+from . import submission
+from .gradebook import open_gradebook
+from ..checks import verdicts as verdicts_module
+from .cells import HIDDEN_BEGIN, HIDDEN_END, GradeCall, grade_id, hidden_lines, is_test_cell, parse_grade_cell
+from ..checks.core import (FAIL_MARK, PASS_MARK, SKIP_MARK, CheckResult, get_check, is_bonus, shorten,
+                           skipped_bonus, skipped_bonus_line)
+from ..isolation.run import run_check
+
+
+EXPORT_CODE = """\
+import autograder.isolation.export as _autograder_export
+_autograder_export.dump({path!r}, {names!r}, globals())
+del _autograder_export
+"""
+
+KERNEL_SETUP_CODE = """\
+import autograder.isolation.guard as _autograder_guard
+_autograder_guard.install_kernel(memory_gib={memory!r}, secret_dirs={secret!r}, write_protected={protected!r},
+                                 submission_dir={submission!r}, processes={processes!r})
+del _autograder_guard
+"""
+
+#: Said (and refused) when a class is to be graded without the OS sandbox (instructor-facing).
+SANDBOX_MISSING = ("Проверка класса остановлена: без песочницы bubblewrap код студента (ctypes, свой модуль на C, "
+                   "запуск процессов) может прочитать решения и скрытые тесты, изменить чужие оценки в gradebook "
+                   "и оставить код в домашней папке проверяющего. Причина: {why}. {hint} Осознанно проверять "
+                   "без песочницы (например, только свои работы): `course autograde --no-sandbox` или "
+                   "`nbgrader autograde ... --IsolatedExecute.sandbox=off`.")
+SANDBOX_OFF = "autograder: ВНИМАНИЕ: проверка идёт без песочницы (--no-sandbox): код студентов не изолирован от курса"
+
+
+class SandboxMissing(RuntimeError):
+    """The class was to be graded in the OS sandbox, and none can be made on this machine."""
+
+
+def require_sandbox(mode: str) -> bool:
+    """Check ``mode`` (IsolatedExecute.sandbox) against this machine: raise SandboxMissing for "required"
+    without bubblewrap; True when submissions will be sandboxed."""
+    ok, why = sandbox_module.status()
+    if mode == "required" and not ok:
+        raise SandboxMissing(SANDBOX_MISSING.format(why=why, hint=sandbox_module.INSTALL_HINT))
+    return mode != "off" and ok
+
+#: The export file is written by the student's kernel: never read more than this.
+MAX_EXPORT_BYTES = 512 * 2**20
+
+#: Outputs a cell may leave in the graded notebook (and the grader's memory), bytes of text/data.
+MAX_CELL_OUTPUT_BYTES = 1024 * 1024
+#: MIME type of the note that replaces what was cut: data, not text, for the tools that count it.
+OUTPUT_CUT_MIME = "application/vnd.course-autograder.output-cut+json"
+OUTPUT_CUT = ("… вывод ячейки обрезан проверкой: больше {limit} КиБ. Большой вывод не нужен для оценки; "
+              "печатайте меньше.")
+
+KERNEL_DIED = ("Ядро Python завершилось во время этой ячейки (os._exit, segfault или нехватка памяти). "
+               "Проверка перезапустила ядро, заново выполнила предыдущие ячейки (без этой) "
+               "и продолжила со следующей.")
+KERNEL_STUCK = ("Ячейка не завершилась за {timeout} с и не ответила на прерывание. Проверка перезапустила "
+                "ядро, заново выполнила предыдущие ячейки (без этой) и продолжила со следующей.")
+
+
+FAILED_PREFIX = "Проверка не пройдена: "
+
+
+class GraderError(RuntimeError):
+    """The grader could not run a check of this submission: nbgrader records no grade for it
+    (``course status`` and the report say "сдана, не проверена" with this message)."""
+
+
+def verdict_outputs(results: list[CheckResult], hidden: list[bool] | None = None) -> list[NotebookNode]:
+    """The cell outputs nbgrader scores: the report (text, with the verdicts as data in its
+    metadata) and, when a check failed, an error (nbgrader scores the cell 0; otherwise full)."""
+    hidden = hidden or [False] * len(results)
+    lines = []
+    for result, secret in zip(results, hidden):
+        line = skipped_bonus_line(result) if skipped_bonus(result) else result.summary()
+        lines.append(("[скрытая] " if secret else "") + line
+                     + (f"\n{result.message}" if result.passed and result.message else ""))
+    verdicts = [{"check_id": r.check_id, "title": r.title, "points": r.points, "passed": r.passed,
+                 "hidden": bool(secret), "mistake": r.mistake, "message": r.message,
+                 "bonus": is_bonus(r.check_id), "skipped": skipped_bonus(r)}
+                for r, secret in zip(results, hidden)]
+    outputs = [NotebookNode(output_type="display_data", data={"text/plain": "\n".join(lines)},
+                            metadata=verdicts_module.metadata(verdicts))]
+    failed = [r for r in results if not r.passed and not skipped_bonus(r)]
+    if failed:
+        outputs.append(failure_output(shorten(f"{failed[0].title}\n{failed[0].message}", 4000)))
+    return outputs
+
+
+def failure_output(message: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename="CheckFailed", evalue=message,
+                        traceback=[FAILED_PREFIX + message])
+
+
+def feedback_outputs(verdicts: list[dict]) -> list[NotebookNode]:
+    """What a student's feedback shows for a test cell: visible checks in full, hidden ones only
+    as passed or not (no cases, seeds or shapes), each check once."""
+    lines, failure = [], None
+    shown = [v for v in verdicts if not v["hidden"]]
+    secret = [v for v in verdicts if v["hidden"]]
+    for v in shown:  # a failed one is told by the error below, once
+        if v["passed"]:
+            lines.append(f"{PASS_MARK} {v['title']}")
+        elif v.get("skipped"):
+            lines.append(f"{SKIP_MARK} {v['title']}: не выполнен (бонус, необязательно)")
+        elif failure is None:
+            failure = f"{v['title']}\n{v['message']}"
+    if secret:
+        failed_secret = [v for v in secret if not v["passed"] and not v.get("skipped")]
+        if failed_secret:
+            lines.append(f"{FAIL_MARK} Скрытые случаи (другие размеры и seed): не пройдены")
+            if failure is None:
+                failure = (f"{failed_secret[0]['title']}\nНе пройден скрытый случай; его параметры не "
+                           "показываются. Проверьте решение на других размерах, хвостах и крайних значениях.")
+        else:
+            lines.append(f"{PASS_MARK} Скрытые случаи (другие размеры и seed): пройдены")
+    outputs = [NotebookNode(output_type="display_data", data={"text/plain": "\n".join(lines)}, metadata={})]
+    if failure is not None:
+        outputs.append(failure_output(shorten(failure, 4000)))
+    return outputs
+
+
+class FeedbackVerdicts(NbGraderPreprocessor):
+    """``nbgrader generate_feedback``: hidden tests stay hidden.
+
+    nbgrader's own feedback shows the test cells as graded, hidden tests and their cases (seeds,
+    shapes) included.  Here each test cell's source loses its hidden block, its outputs are
+    rebuilt from the verdicts kept as data (:func:`feedback_outputs`), and no cell carries an
+    execution count (the graded run's counts mean nothing to the student).
+    """
+
+    def preprocess(self, nb, resources):
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            cell.execution_count = None
+            for output in cell.get("outputs", []):
+                if "execution_count" in output:
+                    output["execution_count"] = None
+            if not is_test_cell(cell):
+                continue
+            cell.source = _without_hidden(cell.source)
+            verdicts = verdicts_module.of_cell(cell)
+            if verdicts:
+                cell.outputs = feedback_outputs(verdicts)
+            else:  # no verdicts (an old notebook, a restored cell): show no outputs that may leak
+                cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"] \
+                    if not hidden_lines(cell.source) else []
+        return nb, resources
+
+
+def _without_hidden(source: str) -> str:
+    hidden = hidden_lines(source)
+    kept = [line for number, line in enumerate(source.splitlines(), start=1)
+            if number not in hidden and line.strip() not in (HIDDEN_BEGIN, HIDDEN_END)]
+    return "\n".join(kept).rstrip()
+
+
+def feedback_preprocessors() -> list:
+    """nbgrader's feedback steps with :class:`FeedbackVerdicts` after GetGrades and the CSS that
+    wraps long lines (:mod:`autograder.nbgrader.feedback_style`) last."""
+    from nbgrader.converters import GenerateFeedback
+
+    from .feedback_style import WrapLongOutputLines
+
+    default = list(GenerateFeedback.class_traits()["preprocessors"].default())
+    return [default[0], FeedbackVerdicts, *default[1:], WrapLongOutputLines]
+
+
+def error_output(ename: str, message: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
+
+
+class IsolatedExecute(Execute):
+    """Execute that grades this course's test cells from the grader's process and survives a
+    student's cell killing or wedging the kernel."""
+
+    kernel_memory_limit_gib = Float(
+        8.0, allow_none=True,
+        help="Address-space cap of the student's kernel, GiB: a larger allocation raises "
+             "MemoryError. None: no cap. Lessons whose checks declare no cap (GPU) get none."
+    ).tag(config=True)
+
+    check_timeout = Float(
+        None, allow_none=True,
+        help="Upper bound on every check's own timeout, seconds (None: each check's timeout)."
+    ).tag(config=True)
+
+    protected_dirs = List(
+        Unicode(), help="More folders that student code (kernel and checks) may not write into, "
+                        "besides the course root, the grader's package and the Python environment "
+                        "(e.g. the class course when grading in a scratch copy)."
+    ).tag(config=True)
+
+    max_output_bytes = Integer(
+        MAX_CELL_OUTPUT_BYTES, help="Bytes of output one cell may keep; the rest is dropped as it "
+                                    "arrives, with one note saying so."
+    ).tag(config=True)
+
+    max_kernel_restarts = Integer(
+        10, help="Restarts of a dead or stuck kernel per notebook; after that the cells that "
+                 "had run are no longer replayed into the new kernel."
+    ).tag(config=True)
+
+    sandbox = Enum(
+        ["required", "if-available", "off"], "required",
+        help="The OS sandbox (bubblewrap) around the student's kernel and every check: 'required' refuses to "
+             "grade where it cannot be made, 'if-available' (self-study) grades without it there, 'off' never "
+             "uses it (one warning line per run)."
+    ).tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        # The kernel starts in an empty folder and moves into the submission only once hardened:
+        # a file beside the notebook (numpy.py, autograder.py, ipython_config.py) runs before
+        # nothing and shadows nothing (guard.install_kernel).
+        self._submission_dir = os.path.abspath((resources or {}).get("metadata", {}).get("path") or os.getcwd())
+        use_sandbox = require_sandbox(self.sandbox)
+        scratch = tempfile.mkdtemp(prefix="autograder-sandbox-")
+        try:
+            self._scratch = scratch
+            self._kernel_start_dir = os.path.join(scratch, "start")
+            os.mkdir(self._kernel_start_dir)
+            self._box = self._make_sandbox(nb, scratch) if use_sandbox else None
+            nb.metadata.setdefault("autograder", {})["sandbox"] = (sandbox_module.status()[1] if self._box
+                                                                    else "off")
+            checks_box = None if self._box is None else dataclasses.replace(self._box, submission=None,
+                                                                             submission_copy=None)
+            with isolation.sandboxed(checks_box):
+                return self._preprocess(nb, resources, km)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _make_sandbox(self, nb, scratch: str) -> "sandbox_module.Sandbox":
+        """This submission's sandbox: the course (nbgrader runs from its root) and the folders the config
+        protects hidden; the kernel works in a private copy of the submission folder."""
+        copy = os.path.join(scratch, "submission")
+        shutil.copytree(self._submission_dir, copy, symlinks=True)
+        calls = [c for cell in nb.cells if is_test_cell(cell) for c in parse_grade_cell(cell.source) or []]
+        return sandbox_module.Sandbox(
+            scratch=scratch, hidden=(os.path.abspath(os.getcwd()), *(os.path.abspath(d) for d in self.protected_dirs)),
+            submission=self._submission_dir, submission_copy=copy,
+            gpu=any(get_check(c.check_id).needs_gpu for c in calls))
+
+    def create_kernel_manager(self):
+        if self._box is not None:
+            from ..isolation.sandboxed_kernel import SandboxedKernelManager
+
+            self.kernel_manager_class = SandboxedKernelManager
+        km = super().create_kernel_manager()
+        if self._box is not None:
+            km.configure(self._box)
+        return km
+
+    def _preprocess(self, nb, resources, km):
+        self._output_bytes = {}  # cell index -> bytes of output received while it ran
+        self._completed = []  # indices of cells that ran to the end: replayed after a restart
+        self._restarts = 0
+        self._timed_out = False
+        root = os.path.abspath(os.getcwd())  # nbgrader runs from the course root
+        source = self.config.CourseDirectory.get("source_directory", "source")
+        self._secret_dirs = (os.path.join(root, source),)
+        self._write_protected = (root, *(os.path.abspath(d) for d in self.protected_dirs))
+        calls = [c for cell in nb.cells if is_test_cell(cell) for c in parse_grade_cell(cell.source) or []]
+        uncapped = any(get_check(c.check_id).memory_limit_gib is None for c in calls)
+        self._kernel_memory = None if uncapped else self.kernel_memory_limit_gib
+        return super().preprocess(nb, resources, km)
+
+    async def async_start_new_kernel(self, **kwargs):
+        kwargs["cwd"] = self._kernel_start_dir
+        return await super().async_start_new_kernel(**kwargs)
+
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        code = KERNEL_SETUP_CODE.format(memory=self._kernel_memory, secret=self._secret_dirs,
+                                        protected=self._write_protected, submission=self._submission_dir,
+                                        processes=sandbox_module.process_limit() if self._box else None)
+        reply = await self.async_wait_for_reply(kc.execute(code, silent=True, store_history=False))
+        if not reply or reply["content"]["status"] != "ok":
+            # Never grade with an unguarded kernel: the submission fails as a whole, and says why.
+            detail = reply and {k: reply["content"].get(k) for k in ("ename", "evalue")}
+            raise RuntimeError(f"autograder: could not harden the student's kernel: {detail}")
+        return kc
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        self._timed_out = True
+        return await super()._async_handle_timeout(timeout, cell)
+
+    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+        calls = parse_grade_cell(cell.source) if is_test_cell(cell) else None
+        if calls is None:
+            return await self._execute_or_recover(cell, cell_index, execution_count, store_history)
+
+        names = sorted({n for call in calls for n in call.names})
+        with tempfile.TemporaryDirectory(prefix="autograder-export-", dir=self._scratch,
+                                         ignore_cleanup_errors=True) as folder:
+            path = os.path.join(folder, "objects.json")
+            source = cell.source
+            cell.source = EXPORT_CODE.format(path=path, names=names)
+            try:
+                await self._execute_or_recover(cell, cell_index, execution_count, store_history=False,
+                                               remember=False)
+            finally:
+                cell.source = source
+            exported = _read_export(path)
+        results = [self._run(call, exported) for call in calls]
+        faults = [r for r in results if r.grader_fault]
+        if faults:  # never a grade from a check that did not run: the submission stays ungraded
+            raise GraderError(f"проверка {faults[0].check_id} не выполнена — "
+                              + faults[0].message.splitlines()[0])
+        cell.outputs = verdict_outputs(results, [call.hidden for call in calls])
+        return cell
+
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep a cell's outputs below ``max_output_bytes``: a cell printing gigabytes costs the
+        grader neither memory nor a huge graded notebook."""
+        size = _message_size(msg)
+        used = self._output_bytes.get(cell_index, 0)
+        self._output_bytes[cell_index] = used + size
+        if used + size <= self.max_output_bytes:
+            return super().output(outs, msg, display_id, cell_index)
+        if used <= self.max_output_bytes:
+            limit = self.max_output_bytes // 1024
+            outs.append(NotebookNode(output_type="display_data", metadata={}, data={
+                "text/plain": OUTPUT_CUT.format(limit=limit), OUTPUT_CUT_MIME: {"limit_bytes": self.max_output_bytes}}))
+        return None
+
+    # nbclient binds its sync wrappers to the base class's coroutines: rebind them to ours.
+    execute_cell = run_sync(async_execute_cell)
+    start_new_kernel = run_sync(async_start_new_kernel)
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    async def _execute_or_recover(self, cell, cell_index, execution_count=None, store_history=True,
+                                  remember=True):
+        """Run a cell; if the kernel dies or wedges, restart it and replay what had run."""
+        self._timed_out = False
+        self._output_bytes[cell_index] = 0
+        try:
+            await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except (DeadKernelError, CellTimeoutError) as error:
+            died = isinstance(error, DeadKernelError)
+            message = KERNEL_DIED if died else KERNEL_STUCK.format(timeout=self.timeout)
+            self.log.warning("autograder: cell %d %s; restarting the kernel", cell_index,
+                             "killed the kernel" if died else "did not answer the interrupt")
+            cell.outputs.append(error_output("DeadKernelError" if died else "CellTimeoutError", message))
+            await self._restart_and_replay()
+            return cell
+        if remember and not self._timed_out and cell.cell_type == "code" and cell.source.strip():
+            self._completed.append(cell_index)
+        return cell
+
+    async def _restart_and_replay(self) -> None:
+        """A fresh kernel with the state the completed cells built (a cell that fails on replay
+        is left out and the replay starts over)."""
+        while True:
+            self._restarts += 1
+            await self._restart_kernel()
+            if self._restarts > self.max_kernel_restarts:
+                self.log.warning("autograder: %d kernel restarts, no more replays", self._restarts)
+                return
+            failed = await self._replay()
+            if failed is None:
+                return
+            self.log.warning("autograder: replaying cell %d failed; it is left out", failed)
+            self._completed.remove(failed)
+
+    async def _replay(self) -> int | None:
+        """Run the completed cells again, outputs discarded; the index of one that fails."""
+        for index in list(self._completed):
+            self._timed_out = False
+            try:
+                await super().async_execute_cell(copy.deepcopy(self.nb.cells[index]), index,
+                                                  store_history=False)
+            except (DeadKernelError, CellTimeoutError):
+                return index
+            if self._timed_out:
+                return index
+        return None
+
+    async def _restart_kernel(self) -> None:
+        """Kill the kernel (dead or wedged) and start a fresh, hardened one."""
+        km, kc = self.km, self.kc
+        with contextlib.suppress(Exception):
+            await ensure_async(km.shutdown_kernel(now=True))
+        with contextlib.suppress(Exception):
+            await ensure_async(km.cleanup_resources())
+        with contextlib.suppress(Exception):
+            await ensure_async(kc.stop_channels())
+        self.kc = None
+        self.km = self.create_kernel_manager()
+        await self.async_start_new_kernel()
+        await self.async_start_new_kernel_client()
+
+    def _run(self, call: GradeCall, exported: dict) -> CheckResult:
+        check = get_check(call.check_id)
+        payloads = []
+        for name in call.names:
+            entry = exported.get(name)
+            if not isinstance(entry, dict):
+                return CheckResult(check.id, check.title, check.points, False,
+                                   f"Не удалось получить `{name}` из ноутбука (ядро не ответило).")
+            if "error" in entry:
+                return CheckResult(check.id, check.title, check.points, False, str(entry["error"]))
+            try:
+                payloads.append(base64.b64decode(entry["payload"]))
+            except (KeyError, TypeError, ValueError):
+                return CheckResult(check.id, check.title, check.points, False,
+                                   f"Не удалось получить `{name}` из ноутбука.")
+        timeout = check.timeout_s if self.check_timeout is None else min(check.timeout_s, self.check_timeout)
+        return run_check(call.check_id, payloads, call.cases, timeout_s=timeout,
+                         secret_dirs=self._secret_dirs, write_protected=self._write_protected)
+
+
+def _message_size(msg) -> int:
+    content = msg.get("content", {})
+    size = len(content.get("text", "") or "")
+    for value in (content.get("data") or {}).values():
+        size += len(value) if isinstance(value, str) else len(json.dumps(value))
+    size += sum(len(line) for line in content.get("traceback", []) or [])
+    return size
+
+
+def _read_export(path: str) -> dict:
+    """JSON only: the file was written by the student's kernel and is not trusted."""
+    try:
+        if os.path.getsize(path) > MAX_EXPORT_BYTES:
+            return {}
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+class SanitizeStructure(NbGraderPreprocessor):
+    """First sanitising step: the submission's graded cells become exactly the gradebook's.
+
+    Deleted graded cells come back, copies and unknown ids stop being graded cells, known cells
+    get their metadata from the gradebook (:func:`autograder.nbgrader.submission.repair`).  What was
+    repaired is logged as warnings that start with ``autograder:``, and kept in
+    ``resources["autograder_anomalies"]``.  nbgrader 0.9.6 alone scores a deleted test cell as
+    "needs manual grading", leaves a notebook with a new or renamed grade cell ungraded, and stops
+    the whole class run on a copied one.
+    """
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        with open_gradebook(info["db_url"]) as gradebook:
+            cells = submission.source_cells(gradebook, info["notebook"], info["assignment"])
+        anomalies = submission.repair(nb, cells)
+        for anomaly in anomalies:
+            self.log.warning("autograder: %s/%s: %s", info["student"], info["assignment"], anomaly)
+        resources.setdefault("autograder_anomalies", []).extend(anomalies)
+        return nb, resources
+
+
+class CourseAutograde(Autograde):
+    """nbgrader's Autograde converter with two holes closed.
+
+    * A submission counts as done only when it is graded: one whose autograded notebook exists
+      but whose grades are missing in the gradebook or whose test cells carry no outputs (a run
+      killed between nbgrader writing the notebook and the grades) is graded again, not skipped.
+    * Student ids with glob characters (``[``, ``*``, ``?``) are found (nbgrader globs the
+      submission folder's own path and finds nothing).
+    """
+
+    def start(self) -> None:
+        """Refuse to grade without the sandbox unless told (IsolatedExecute.sandbox), before anything runs.
+        (A converter that runs no student code — course autograde's record of a notebook graded elsewhere,
+        parallel.ReplayAutograded — needs none.)"""
+        steps = self.config.Autograde.get("autograde_preprocessors") or autograde_preprocessors()
+        if not any(step is IsolatedExecute or step == f"{__name__}.IsolatedExecute" for step in steps):
+            return super().start()
+        mode = self.config.IsolatedExecute.get("sandbox", IsolatedExecute.class_traits()["sandbox"].default())
+        try:
+            require_sandbox(mode)
+        except SandboxMissing as error:
+            self.log.error("%s", error)
+            raise NbGraderException(str(error)) from None
+        if mode == "off":
+            self.log.warning(SANDBOX_OFF)
+        super().start()
+
+    def init_notebooks(self) -> None:
+        pattern = self._format_source(self.coursedir.assignment_id, self.coursedir.student_id)
+        literal = self._format_source(glob.escape(self.coursedir.assignment_id),
+                                      glob.escape(self.coursedir.student_id))
+        folders = set(glob.glob(pattern)) | set(glob.glob(literal))
+        self.assignments = {}
+        for folder in sorted(folders):
+            found = glob.glob(os.path.join(glob.escape(folder), self.coursedir.notebook_id + ".ipynb"))
+            if found:
+                self.assignments[folder] = found
+        if not self.assignments:
+            super().init_notebooks()  # nbgrader's own message and "did you mean"
+
+    def init_destination(self, assignment_id: str, student_id: str) -> bool:
+        if super().init_destination(assignment_id, student_id):
+            return True
+        dest = os.path.normpath(self._format_dest(assignment_id, student_id))
+        missing = incomplete_grading(self.coursedir.db_url, assignment_id, student_id,
+                                     [os.path.join(dest, os.path.basename(n)) for n in self.notebooks])
+        if not missing:
+            return False
+        self.log.warning("autograder: %s/%s was not graded to the end (%s): grading it again",
+                         student_id, assignment_id, missing)
+        for notebook in self.notebooks:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(dest, os.path.basename(notebook)))
+        return True
+
+
+def incomplete_grading(db_url: str, lesson: str, student: str, graded_notebooks: list[str]) -> str | None:
+    """Why a submission that has autograded notebooks is not completely graded (None: it is)."""
+    for path in graded_notebooks:
+        try:
+            nb = read_notebook(path)
+        except Exception:
+            return f"не читается {os.path.basename(path)}"
+        empty = [grade_id(c) for c in nb.cells if is_test_cell(c) and not c.get("outputs")]
+        if empty:
+            return f"нет вывода в ячейках {', '.join(empty[:3])}"
+    with open_gradebook(db_url) as gradebook:
+        try:
+            found = gradebook.find_submission(lesson, student)
+        except MissingEntry:
+            return "нет записи в gradebook"
+        for notebook in found.notebooks:
+            solutions = {c.name for c in notebook.notebook.solution_cells}
+            unscored = [g.name for g in notebook.grades
+                        if g.auto_score is None and g.cell.cell_type == "code" and g.name not in solutions]
+            if unscored:
+                return f"нет баллов за {', '.join(unscored[:3])}"
+    return None
+
+
+def read_notebook(path: str):
+    import nbformat
+
+    return nbformat.read(path, as_version=nbformat.NO_CONVERT)
+
+
+def use_course_autograde() -> None:
+    """Make ``nbgrader autograde`` in this course use :class:`CourseAutograde` (called from
+    nbgrader_config.py: nbgrader offers no setting for the converter class)."""
+    from nbgrader.apps import autogradeapp
+
+    autogradeapp.Autograde = CourseAutograde
+
+
+def sanitize_preprocessors() -> list:
+    """nbgrader's sanitising steps, :class:`SanitizeStructure` first after ClearOutput."""
+    default = list(Autograde.class_traits()["sanitize_preprocessors"].default())
+    return [default[0], SanitizeStructure, *default[1:]]
+
+
+def bonus_points(verdicts: list[dict]) -> float:
+    """Extra credit a test cell earned: each bonus check once, if every call of it passed."""
+    checks: dict[str, tuple[float, bool]] = {}
+    for v in verdicts:
+        if v.get("bonus"):
+            points, ok = checks.get(v["check_id"], (v["points"], True))
+            checks[v["check_id"]] = (points, ok and v["passed"] is True)
+    return float(sum(points for points, ok in checks.values() if ok))
+
+
+class SaveBonus(NbGraderPreprocessor):
+    """After SaveAutoGrades: a bonus test cell is worth 0 points in nbgrader (so it is not in the
+    maximum) and its passed bonus checks become the grade's extra credit."""
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        with open_gradebook(info["db_url"]) as gradebook:
+            for cell in nb.cells:
+                if not is_test_cell(cell):
+                    continue
+                verdicts = verdicts_module.of_cell(cell)
+                if not any(v.get("bonus") for v in verdicts):
+                    continue
+                grade = gradebook.find_grade(grade_id(cell), info["notebook"],
+                                             info["assignment"], info["student"])
+                grade.extra_credit = bonus_points(verdicts)
+            gradebook.db.commit()
+        return nb, resources
+
+
+def autograde_preprocessors() -> list:
+    """nbgrader's autograde pipeline with Execute replaced by IsolatedExecute and
+    :class:`SaveBonus` right after SaveAutoGrades."""
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import SaveAutoGrades
+
+    default = Autograde.class_traits()["autograde_preprocessors"].default()
+    steps = [IsolatedExecute if p is Execute else p for p in default]
+    at = steps.index(SaveAutoGrades) + 1
+    return [*steps[:at], SaveBonus, *steps[at:]]
