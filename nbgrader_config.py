@@ -5,8 +5,8 @@ Every nbgrader command run from this folder reads this file (run them through `m
 """
 import os
 
-from autograder.nbgrader.ext import (autograde_preprocessors, feedback_preprocessors, sanitize_preprocessors,
-                                     use_course_autograde)
+from autograder.nbgrader.autograde import use_course_autograde
+from autograder.nbgrader.pipeline import autograde_preprocessors, feedback_preprocessors, sanitize_preprocessors
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 

@@ -3,7 +3,7 @@
 In the student's kernel (running a cell or pressing Validate) it packs the objects, runs the
 check in a worker and shows the verdict: a line on stdout and the score as the cell's value,
 or a :class:`~autograder.checks.core.CheckFailed` with the message.  Under ``nbgrader autograde`` the
-cell is not run like this at all: :mod:`autograder.nbgrader.ext` reads the call from the cell's
+cell is not run like this at all: :mod:`autograder.nbgrader.execute` reads the call from the cell's
 source and runs the same check from the grader's own process.
 """
 from __future__ import annotations

@@ -25,6 +25,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from autograder.course import paths as course  # noqa: E402
 
+from autograder.course import grading, nbgrader_cli
+
 LESSON = "02_fused_rmsnorm"
 
 #: Bonus answers that never return, written the ways students write endless loops.
@@ -57,7 +59,7 @@ def make_submissions(count: int, hanging: int) -> dict:
     from bank import banks
 
     bank = banks()[LESSON]
-    reference = course.reference_answers(LESSON)
+    reference = grading.reference_answers(LESSON)
     pool = [("reference", {})] + [(s.name, s.answers) for s in bank.CORRECT + bank.WRONG]
     hangs = {int((k + 0.5) * count / hanging) for k in range(hanging)} if hanging else set()
     answers = {}
@@ -67,13 +69,13 @@ def make_submissions(count: int, hanging: int) -> dict:
         else:
             name, extra = pool[(index - len([h for h in hangs if h < index])) % len(pool)]
             answers[f"s{index:03d}_{name}"] = extra
-    return {student: course.fill_answers(LESSON, {**reference, **extra}) for student, extra in answers.items()}
+    return {student: grading.fill_answers(LESSON, {**reference, **extra}) for student, extra in answers.items()}
 
 
 def prepare(folder: Path, submissions: dict) -> Path:
-    course.new_course(folder, only=[LESSON])
-    course.nbgrader("generate_assignment", LESSON, "--force", cwd=folder)
-    course.write_submissions(folder, LESSON, submissions)
+    nbgrader_cli.new_course(folder, only=[LESSON])
+    nbgrader_cli.nbgrader("generate_assignment", LESSON, "--force", cwd=folder)
+    grading.write_submissions(folder, LESSON, submissions)
     return folder
 
 
@@ -81,7 +83,7 @@ def timed(command: list[str], cwd: Path, quiet: bool) -> tuple[float, float]:
     """Wall and CPU seconds of a command and everything it started (children, kernels, checks)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    done = subprocess.run(command, cwd=cwd, env=course.nbgrader_env(), text=True,
+    done = subprocess.run(command, cwd=cwd, env=nbgrader_cli.nbgrader_env(), text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE if quiet else None)
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -115,8 +117,8 @@ def main() -> int:
               f"{parallel_cpu:7.1f} s CPU", flush=True)
 
         students = sorted(submissions)
-        expected = course.read_grades(serial, LESSON, students)
-        got = course.read_grades(parallel, LESSON, students)
+        expected = grading.read_grades(serial, LESSON, students)
+        got = grading.read_grades(parallel, LESSON, students)
         differ = [s for s in students if expected[s] != got[s]]
         totals = {s: sum(g.score for g in expected[s]) for s in students}
         print("scores (serial): " + ", ".join(f"{s}={totals[s]:g}" for s in students))

@@ -48,12 +48,14 @@ PROBE = Path(__file__).resolve().parent / "course_grade_probe"
 
 from autograder.course import paths as course  # noqa: E402
 
+from autograder.course import grading, nbgrader_cli
+
 COLUMNS = ("total", "nbgrader", "generate", "kernel", "cells", "checks", "other")
 
 
 def grade_once(lesson: str) -> dict:
     """Grade the reference-filled notebook of ``lesson``; the spans the probe logged, summed."""
-    notebook = course.fill_answers(lesson, course.reference_answers(lesson))
+    notebook = grading.fill_answers(lesson, grading.reference_answers(lesson))
     with tempfile.TemporaryDirectory(prefix="bench-grade-") as scratch:
         log = Path(scratch) / "probe.jsonl"
         saved = {k: os.environ.get(k) for k in ("COURSE_BENCH_LOG", "PYTHONPATH")}
@@ -62,7 +64,7 @@ def grade_once(lesson: str) -> dict:
         try:
             before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
             start = time.time()
-            grades = course.grade_notebooks(lesson, {"me": notebook}, Path(scratch) / "course")["me"]
+            grades = grading.grade_notebooks(lesson, {"me": notebook}, Path(scratch) / "course")["me"]
             total = time.time() - start
             after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
             cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
@@ -86,13 +88,13 @@ def cli_once(lesson: str) -> tuple[float, str]:
     """Wall seconds of the real command, ``course grade NOTEBOOK``, on the same notebook; its total line."""
     import nbformat
 
-    notebook = course.fill_answers(lesson, course.reference_answers(lesson))
+    notebook = grading.fill_answers(lesson, grading.reference_answers(lesson))
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as scratch:
         path = Path(scratch) / f"{lesson}.ipynb"
         nbformat.write(notebook, path)
         start = time.time()
         done = subprocess.run([str(Path(sys.executable).parent / "course"), "grade", str(path)], cwd=scratch,
-                              env=course.nbgrader_env(), capture_output=True, text=True)
+                              env=nbgrader_cli.nbgrader_env(), capture_output=True, text=True)
         wall = time.time() - start
     total = [line for line in done.stdout.splitlines() if line.startswith("ИТОГО")]
     return wall, (total[-1] if total and done.returncode == 0 else f"FAILED ({done.returncode})")

@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autograder.course import paths as course
+
+from autograder.course import grading
 from autograder.checks import reference  # noqa: E402
 from autograder.lessons.lesson05.checks import naive_attention  # noqa: E402
 
@@ -33,7 +35,7 @@ MiB = 2**20
 
 def reference_functions() -> dict:
     namespace = {"np": np}
-    for name, source in course.reference_answers("05_flash_attention").items():
+    for name, source in grading.reference_answers("05_flash_attention").items():
         exec(compile(source, f"<{name}>", "exec"), namespace)
     return namespace
 

@@ -15,6 +15,8 @@ import pkgutil
 import nbformat
 
 from autograder.course import paths as course
+
+from autograder.course import grading
 from autograder.nbgrader.cells import GradeCall, parse_grade_cell
 
 
@@ -65,7 +67,7 @@ def cell_id(check_id: str) -> str:
 
 def namespace(lesson: str, answers: dict[str, str]) -> dict:
     """Run the notebook's setup and answer cells (not demos or tests) into a fresh namespace."""
-    nb = course.fill_answers(lesson, {**course.reference_answers(lesson), **answers})
+    nb = grading.fill_answers(lesson, {**grading.reference_answers(lesson), **answers})
     ns = {"__name__": "__main__"}
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})

@@ -13,6 +13,8 @@ import nbformat
 import pytest
 
 from autograder.course import paths as course
+
+from autograder.course import grading, nbgrader_cli
 from autograder.gpu import runtime as gpu
 from autograder.checks.core import get_check
 from bank import Submission, banks, cell_id, grade_calls
@@ -24,13 +26,13 @@ FULL = os.environ.get("COURSE_FULL_AUTOGRADE") == "1"
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_autograde_scores_every_submission_as_the_bank_says(lesson, tmp_path):
     bank = banks()[lesson]
-    reference = course.reference_answers(lesson)
+    reference = grading.reference_answers(lesson)
     entries = [Submission("reference", {})] + (bank.CORRECT + bank.WRONG if FULL
                                                else bank.CORRECT[:1] + bank.WRONG[:3])
-    submissions = {s.name: course.fill_answers(lesson, {**reference, **s.answers}) for s in entries}
+    submissions = {s.name: grading.fill_answers(lesson, {**reference, **s.answers}) for s in entries}
     submissions["untouched"] = nbformat.read(course.student_notebook(lesson), as_version=4)
 
-    grades = course.grade_notebooks(lesson, submissions, tmp_path)
+    grades = grading.grade_notebooks(lesson, submissions, tmp_path)
     # A lesson with a NumPy part and a GPU part (11): without a GPU its GPU cells score 0 for everyone
     # ("нужен GPU"); the bank's GPU entries run on a GPU machine (tests/test_gpu_lessons.py).
     gpu_cells = set() if gpu.gpu_status()[0] else {
@@ -47,13 +49,13 @@ def test_autograde_scores_every_submission_as_the_bank_says(lesson, tmp_path):
             problems.append(f"{entry.name}: partial scores {partial}")
     untouched = grades["untouched"]
     if sum(g.score for g in untouched) != 0:
-        problems.append(f"untouched notebook scored {course.score_table(untouched)}")
+        problems.append(f"untouched notebook scored {grading.score_table(untouched)}")
     assert not problems, "\n".join(problems)
 
     # The rest of the instructor's pipeline runs on the same course.
-    course.nbgrader("generate_feedback", lesson, "--force", cwd=tmp_path)
+    nbgrader_cli.nbgrader("generate_feedback", lesson, "--force", cwd=tmp_path)
     assert (tmp_path / "feedback" / "reference" / lesson / f"{lesson}.html").exists()
-    course.nbgrader("export", "--to", str(tmp_path / "grades.csv"), cwd=tmp_path)
+    nbgrader_cli.nbgrader("export", "--to", str(tmp_path / "grades.csv"), cwd=tmp_path)
     with open(tmp_path / "grades.csv", encoding="utf-8") as handle:
         rows = {row["student_id"]: row for row in csv.DictReader(handle)}
     total = sum(g.max_score for g in grades["reference"] if g.cell not in gpu_cells)

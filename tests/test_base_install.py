@@ -23,6 +23,8 @@ from packaging.utils import canonicalize_name
 
 from autograder.course import paths as course
 
+from autograder.course import grading, nbgrader_cli
+
 LESSON = "02_fused_rmsnorm"
 PACKAGE = course.ROOT / "autograder"
 #: Imported only where a GPU is, from the ``gpu`` extra.
@@ -59,12 +61,12 @@ def test_the_course_command_works_after_a_plain_pip_install(tmp_path):
     assert done.returncode == 0 and "autograde" in done.stdout, done.stderr
 
     # A class of one: the lesson's source, its release (gradebook), one submission with the reference answers.
-    class_dir = course.new_course(tmp_path / "class", only=[LESSON])
+    class_dir = nbgrader_cli.new_course(tmp_path / "class", only=[LESSON])
     generated = subprocess.run([str(bin_dir / "nbgrader"), "generate_assignment", LESSON, "--force"],
                                cwd=class_dir, env=env, capture_output=True, text=True, timeout=300)
     assert generated.returncode == 0, generated.stderr[-3000:]
-    answer = course.fill_answers(LESSON, course.reference_answers(LESSON))
-    course.write_submissions(class_dir, LESSON, {"alice": answer})
+    answer = grading.fill_answers(LESSON, grading.reference_answers(LESSON))
+    grading.write_submissions(class_dir, LESSON, {"alice": answer})
     graded = subprocess.run([str(bin_dir / "course"), "autograde", LESSON, "--workers", "1"],
                             cwd=class_dir, env=env, capture_output=True, text=True, timeout=600)
     assert graded.returncode == 0, graded.stdout[-3000:] + graded.stderr[-3000:]

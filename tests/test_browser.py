@@ -28,6 +28,8 @@ import nbformat
 import pytest
 
 from autograder.course import paths as course
+
+from autograder.course import grading
 from bank import banks
 
 CHROMIUM = "/usr/bin/chromium"
@@ -56,7 +58,7 @@ def free_port() -> int:
 def wrong_attempt(lesson: str):
     """(student notebook with the bank's known-wrong answer, a phrase its Validate message must contain)."""
     submission = next(w for w in banks()[lesson].WRONG if w.name == WRONG_ATTEMPTS[lesson])
-    nb = course.fill_answers(lesson, {**course.reference_answers(lesson), **submission.answers})
+    nb = grading.fill_answers(lesson, {**grading.reference_answers(lesson), **submission.answers})
     # The demo cells (measurements, plots) and the lesson's prose are no part of what Validate shows: Validate
     # runs every code cell (minutes on a busy CI), and a long text full of formulas kept a starved browser
     # typesetting for minutes (the dialog of lesson 05 never came within 10 minutes in one full run).
@@ -83,7 +85,7 @@ def lab(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("browser")
     folder = tmp_path / "course"
     folder.mkdir()
-    nb = course.fill_answers(LESSON, {"fused_rms_norm": course.reference_answers(LESSON)["fused_rms_norm"]})
+    nb = grading.fill_answers(LESSON, {"fused_rms_norm": grading.reference_answers(LESSON)["fused_rms_norm"]})
     nbformat.write(nb, folder / f"{LESSON}.ipynb")
     for lesson in WRONG_ATTEMPTS:
         nbformat.write(wrong_attempt(lesson)[0], folder / f"wrong_{lesson}.ipynb")

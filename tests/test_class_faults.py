@@ -27,16 +27,18 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.course import paths as course, folder as course_folder, autograde as parallel, report, status
+
+from autograder.course import grading, nbgrader_cli
 from bank import banks
 
 LESSON = "02_fused_rmsnorm"
 pytestmark = pytest.mark.xdist_group("class_faults")
-REFERENCE = course.reference_answers(LESSON)
+REFERENCE = grading.reference_answers(LESSON)
 COURSE_BIN = Path(sys.executable).parent / "course"
 
 
 def notebook(answers: dict | None = None) -> nbformat.NotebookNode:
-    nb = course.fill_answers(LESSON, {**REFERENCE, **(answers or {})})
+    nb = grading.fill_answers(LESSON, {**REFERENCE, **(answers or {})})
     for c in nb.cells:
         if c.cell_type == "code" and "nbgrader" not in c.metadata:
             c.source = ""  # demo cells emptied: faster, and no part of what is tested
@@ -121,8 +123,8 @@ def tampered(root: Path) -> dict:
 
 def make_class(folder: Path, students: dict) -> Path:
     """A course as the instructor has it: assignment generated, these submissions collected."""
-    course.new_course(folder, only=[LESSON])
-    course.nbgrader("generate_assignment", LESSON, "--force", cwd=folder)
+    nbgrader_cli.new_course(folder, only=[LESSON])
+    nbgrader_cli.nbgrader("generate_assignment", LESSON, "--force", cwd=folder)
     for student, (nb, files) in students.items():
         target = folder / "submitted" / student / LESSON
         target.mkdir(parents=True, exist_ok=True)
@@ -222,11 +224,11 @@ def test_report_and_export_tell_ungraded_from_zero(tamper):
     """The failed submission is in the report as not graded and in the CSV with an empty score;
     a student of the gradebook who handed in nothing is "не сдана"."""
     folder, _, _ = tamper
-    course.nbgrader("db", "student", "add", "absent", cwd=folder)
+    nbgrader_cli.nbgrader("db", "student", "add", "absent", cwd=folder)
     out = report.write_report(folder, folder / "report.html")
     page = out.read_text(encoding="utf-8")
     assert "Сданы, но не проверены (1)" in page and "broken_json" in page
-    course.nbgrader("export", "--to", str(folder / "grades.csv"), cwd=folder)
+    nbgrader_cli.nbgrader("export", "--to", str(folder / "grades.csv"), cwd=folder)
     with open(folder / "grades.csv", newline="", encoding="utf-8") as handle:
         rows = {r["student_id"]: r for r in csv.DictReader(handle)}
     assert rows["broken_json"]["status"] == "сдана, не проверена" and rows["broken_json"]["score"] == ""
@@ -240,7 +242,7 @@ def test_serial_nbgrader_is_protected_the_same_way(clean, tmp_path):
     cases = tampered(tmp_path)
     chosen = {s: cases[s][:2] for s in ("numpy_file", "duplicated_test", "glob[1]", "broken_json")}
     make_class(tmp_path, {**honest_class(), **chosen})
-    done = course.nbgrader("autograde", LESSON, cwd=tmp_path, check=False)
+    done = nbgrader_cli.nbgrader("autograde", LESSON, cwd=tmp_path, check=False)
     assert "has changed!" not in done.stderr, "honest cells reported as changed: real tampering would drown"
     got = grades(tmp_path)
     assert {s: got[s] for s in HONEST} == clean
@@ -275,7 +277,7 @@ def scratch_of(main_pid: int) -> list[Path]:
 def start(folder: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([str(COURSE_BIN), "autograde", "--workers", "2", *args], cwd=folder,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=course.nbgrader_env())
+                            env=nbgrader_cli.nbgrader_env())
 
 
 def wait_gone(main_pid: int, seconds: float = 15) -> list[int]:
@@ -381,7 +383,7 @@ def test_grading_cut_between_notebook_and_grades_is_regraded_not_zero(clean, tmp
     assert grades(folder) == clean
     # serial nbgrader: the same hole, closed by CourseAutograde (nbgrader_config.py)
     forget_scores(folder)
-    course.nbgrader("autograde", LESSON, cwd=folder)
+    nbgrader_cli.nbgrader("autograde", LESSON, cwd=folder)
     assert grades(folder) == clean
 
 
@@ -408,7 +410,7 @@ def test_a_check_the_grader_could_not_run_leaves_the_submission_ungraded_not_zer
 def test_without_a_gradebook_the_commands_say_what_creates_it(tmp_path, capsys):
     from autograder.course import cli
 
-    course.new_course(tmp_path, only=[LESSON])
+    nbgrader_cli.new_course(tmp_path, only=[LESSON])
     target = tmp_path / "submitted" / "s1" / LESSON
     target.mkdir(parents=True)
     nbformat.write(notebook(), target / f"{LESSON}.ipynb")

@@ -2,6 +2,8 @@
 import nbformat
 
 from autograder.course import cli, paths as course
+
+from autograder.course import grading
 from bank import banks
 
 LESSON = "02_fused_rmsnorm"
@@ -9,7 +11,7 @@ LESSON = "02_fused_rmsnorm"
 
 def test_self_study_grade_names_each_check_and_why_it_failed(tmp_path, capsys):
     wrong = {s.name: s for s in banks()[LESSON].WRONG}["naive_temporaries"].answers
-    nb = course.fill_answers(LESSON, {**course.reference_answers(LESSON), **wrong})
+    nb = grading.fill_answers(LESSON, {**grading.reference_answers(LESSON), **wrong})
     path = tmp_path / f"{LESSON}-Copy1.ipynb"
     nbformat.write(nb, path)
     assert cli.main(["grade", str(path)]) == 2
@@ -24,7 +26,7 @@ def test_self_study_grade_names_each_check_and_why_it_failed(tmp_path, capsys):
 
 
 def test_bonus_extra_credit_counts_each_bonus_check_once_and_only_when_every_call_passed():
-    from autograder.nbgrader.ext import bonus_points
+    from autograder.nbgrader.bonus import bonus_points
 
     visible = {"check_id": "lesson02.add_equivalence", "points": 2.0, "passed": True, "bonus": True}
     hidden_failed = {**visible, "passed": False, "hidden": True}

@@ -16,6 +16,7 @@ import cloudpickle
 import numpy as np
 import pytest
 
+from autograder.isolation import fork_server
 from autograder.isolation import run as isolation
 from autograder.isolation.run import run_check
 
@@ -61,7 +62,7 @@ def facts(fork: bool | None) -> dict:
 def test_a_forked_check_sees_the_process_a_new_worker_sees():
     spawned, forked = facts(False), facts(None)
     assert spawned.pop("parent") == os.getpid()
-    assert forked.pop("parent") == isolation._SERVER["server"].process.pid, "the fork server was not used"
+    assert forked.pop("parent") == fork_server.SERVER["server"].process.pid, "the fork server was not used"
     assert forked == spawned
     assert spawned["session leader"] and spawned["group leader"] and spawned["stdin"] == ""
     assert spawned["threads"] == 1 and spawned["address space"][0] == 4 * 2**30
@@ -96,7 +97,7 @@ def test_a_server_killed_during_a_check_costs_a_rerun_not_the_grade():
     good = student("def fused_rms_norm(x, w, eps=1e-6):\n    import time\n    time.sleep(1.5)\n"
                    "    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w\n")
     run_check("lesson02.zeros", [cloudpickle.dumps(good)])  # the server is up
-    server = isolation._SERVER["server"]
+    server = fork_server.SERVER["server"]
 
     def kill_server_soon():
         time.sleep(0.7)
@@ -106,14 +107,14 @@ def test_a_server_killed_during_a_check_costs_a_rerun_not_the_grade():
     threading.Thread(target=kill_server_soon, daemon=True).start()
     result = run_check("lesson02.equivalence", [cloudpickle.dumps(good)])
     assert result.passed, result.message
-    assert server.dead() and isolation._SERVER.get("server") is not server
+    assert server.dead() and fork_server.SERVER.get("server") is not server
     assert run_check("lesson02.equivalence", [cloudpickle.dumps(good)]).passed  # a new server
 
 
 def test_the_fork_server_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("AUTOGRADER_FORK_SERVER", "0")
-    before = isolation._SERVER.get("server")
+    before = fork_server.SERVER.get("server")
     good = student("def fused_rms_norm(x, w, eps=1e-6):\n"
                    "    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w\n")
     assert run_check("lesson02.zeros", [cloudpickle.dumps(good)]).passed
-    assert isolation._SERVER.get("server") is before
+    assert fork_server.SERVER.get("server") is before

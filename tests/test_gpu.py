@@ -5,6 +5,8 @@ import nbformat
 import pytest
 
 from autograder.course import paths as course
+
+from autograder.course import grading
 from autograder.course import settings
 from autograder.gpu import runtime as gpu, nvrtc
 from autograder.checks.core import CheckFailed, all_checks
@@ -21,7 +23,7 @@ GOOD = 'extern "C" __global__ void k(float* y, int n) { if (threadIdx.x < n) y[t
 
 def reference_source(lesson: str) -> str:
     ns = {}
-    exec(course.reference_answers(lesson)[{"06_cuda_basics": "scale_add_source", "07_cupy_rmsnorm": "rmsnorm_source",
+    exec(grading.reference_answers(lesson)[{"06_cuda_basics": "scale_add_source", "07_cupy_rmsnorm": "rmsnorm_source",
                                            "08_cupy_flash_attention": "flash_source",
                                            "11_flash_decoding": "decode_source"}[lesson]], ns)
     return ns[GPU_LESSONS[lesson][0]]

@@ -15,12 +15,14 @@ import nbformat
 import pytest
 
 from autograder.course import paths as course
+
+from autograder.course import grading
 from autograder.isolation import guard
 
 pytestmark = pytest.mark.xdist_group("hardening_autograde")
 
 LESSON = "02_fused_rmsnorm"
-REFERENCE = course.reference_answers(LESSON)
+REFERENCE = grading.reference_answers(LESSON)
 RMS = {f"test_lesson02_{n}" for n in ("equivalence", "zeros", "large_values", "unit_rms", "eps_placement",
                                       "mean_axis", "not_mutated", "dtype", "memory")}
 ADD = {"test_lesson02_add_equivalence", "test_lesson02_add_memory"}
@@ -208,7 +210,7 @@ CLASS = {
 
 
 def submission(answers=None, cells=None, **_) -> nbformat.NotebookNode:
-    nb = course.fill_answers(LESSON, {**REFERENCE, **(answers or {})})
+    nb = grading.fill_answers(LESSON, {**REFERENCE, **(answers or {})})
     for c in nb.cells:
         if c.cell_type == "code" and "nbgrader" not in c.metadata:
             c.source = ""  # demo cells emptied: faster, and no part of what is tested
@@ -222,7 +224,7 @@ def submission(answers=None, cells=None, **_) -> nbformat.NotebookNode:
 def graded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hardening")
     package_init = Path(guard.PACKAGE_DIR, "__init__.py").read_bytes()
-    grades = course.grade_notebooks(LESSON, {name: submission(**spec) for name, spec in CLASS.items()}, folder,
+    grades = grading.grade_notebooks(LESSON, {name: submission(**spec) for name, spec in CLASS.items()}, folder,
                               extra_args=(f"--Execute.timeout={TIMEOUT_S}",
                                           f"--IsolatedExecute.check_timeout={TIMEOUT_S}"))
     assert Path(guard.PACKAGE_DIR, "__init__.py").read_bytes() == package_init
@@ -252,7 +254,7 @@ def test_bad_submission_loses_exactly_its_own_cells(graded, name):
     grades, notebooks, _ = graded
     spec = CLASS[name]
     lost = {g.cell for g in grades[name] if g.score != g.max_score}
-    assert lost == spec["loses"], course.score_table(grades[name])
+    assert lost == spec["loses"], grading.score_table(grades[name])
     for key, phrase in spec["says"].items():
         text = output_text(find_cell(notebooks[name], key))
         assert phrase in text, f"{name}, {key}: {phrase!r} not in\n{text[:3000]}"
@@ -280,7 +282,7 @@ AGAIN = ("reference", "naive", "forges_the_verdict", "function_exits")
 def test_a_second_autograde_gives_the_same_scores_and_verdicts(graded, tmp_path):
     """Does grading some of the same submissions again give the same scores and the same words?"""
     grades, notebooks, _ = graded
-    again = course.grade_notebooks(LESSON, {name: submission(**CLASS[name]) for name in AGAIN}, tmp_path,
+    again = grading.grade_notebooks(LESSON, {name: submission(**CLASS[name]) for name in AGAIN}, tmp_path,
                              extra_args=(f"--Execute.timeout={TIMEOUT_S}",
                                          f"--IsolatedExecute.check_timeout={TIMEOUT_S}"))
     for name in AGAIN:

@@ -16,11 +16,13 @@ import numpy as np
 import pytest
 
 from autograder.course import paths as course
+
+from autograder.course import grading
 from autograder.isolation import guard
 from autograder.isolation.run import _HUNG, run_check
 from autograder.notebook import run
 
-SOLUTION = course.reference_answers("02_fused_rmsnorm")["fused_rms_norm"]
+SOLUTION = grading.reference_answers("02_fused_rmsnorm")["fused_rms_norm"]
 NAIVE = "def fused_rms_norm(x, w, eps=1e-6):\n    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w\n"
 
 

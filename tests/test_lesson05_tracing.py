@@ -4,6 +4,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from autograder.course import paths as course
+
+from autograder.course import grading
 from autograder.checks import reference
 from autograder.lessons.lesson05.checks import (EQUIVALENCE_CASES, STABILITY_CASES, _SIMULATED, case_inputs,
                                                 simulate, stability_tolerance)
@@ -12,7 +14,7 @@ from autograder.lessons.lesson05.tracing import Traced, expected_tiles, observe_
 
 def reference_functions() -> dict:
     ns = {"np": np}
-    for name, source in course.reference_answers("05_flash_attention").items():
+    for name, source in grading.reference_answers("05_flash_attention").items():
         exec(compile(source, f"<{name}>", "exec"), ns)
     return ns
 

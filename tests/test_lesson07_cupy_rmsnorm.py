@@ -3,6 +3,8 @@ import nbformat
 import pytest
 
 from autograder.course import paths as course
+
+from autograder.course import grading
 from autograder.gpu import runtime as gpu
 
 LESSON = "07_cupy_rmsnorm"
@@ -11,11 +13,11 @@ LESSON = "07_cupy_rmsnorm"
 @pytest.mark.skipif(gpu.gpu_status()[0], reason="with a GPU the run checks score too (tests/test_gpu_lessons.py)")
 def test_autograde_without_gpu_scores_the_compile_check_only(tmp_path):
     """Reference: compile points only, every run cell 0 saying "нужен GPU"; untouched and broken: 0."""
-    reference = course.reference_answers(LESSON)
+    reference = grading.reference_answers(LESSON)
     broken = dict(reference, rmsnorm_source=reference["rmsnorm_source"].replace("return v;", "return v"))
-    grades = course.grade_notebooks(LESSON, {
-        "reference": course.fill_answers(LESSON, reference),
-        "broken": course.fill_answers(LESSON, broken),
+    grades = grading.grade_notebooks(LESSON, {
+        "reference": grading.fill_answers(LESSON, reference),
+        "broken": grading.fill_answers(LESSON, broken),
         "untouched": nbformat.read(course.student_notebook(LESSON), as_version=4)}, tmp_path)
     scored = {student: {g.cell: g.score for g in cells} for student, cells in grades.items()}
     assert scored["reference"].pop("test_lesson07_compiles") == 1

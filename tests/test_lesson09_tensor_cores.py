@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from autograder.course import paths as course
+
+from autograder.course import grading
 from autograder.course import settings
 from autograder.gpu import runtime as gpu, nvrtc
 from autograder.checks.core import CheckFailed
@@ -58,8 +60,8 @@ def test_reference_kernels_keep_barriers_out_of_branches():
 @pytest.mark.skipif(gpu.gpu_status()[0], reason="with a GPU the run checks score too (tests/test_gpu_lessons.py)")
 def test_autograde_without_gpu_scores_the_compile_checks_only(tmp_path):
     """Reference: the two compile points only, every run cell 0; the untouched notebook: 0."""
-    grades = course.grade_notebooks(LESSON, {
-        "reference": course.fill_answers(LESSON, course.reference_answers(LESSON)),
+    grades = grading.grade_notebooks(LESSON, {
+        "reference": grading.fill_answers(LESSON, grading.reference_answers(LESSON)),
         "untouched": nbformat.read(course.student_notebook(LESSON), as_version=4)}, tmp_path)
     scored = {student: {g.cell: g.score for g in cells} for student, cells in grades.items()}
     assert scored["reference"].pop("test_lesson09_mma_compiles") == 1

@@ -2,7 +2,7 @@
 
 - text -> notebook -> text is stable, and each text source builds its committed solutions
   notebook exactly (cell by cell: ids, sources, metadata);
-- `course check-release` (course.stale_release) fails, naming the lesson and `make release`, on a
+- `course check-release` (release.stale_release) fails, naming the lesson and `make release`, on a
   solutions notebook edited by hand and on a text source edited but not released;
 - no text source reaches the student release notebooks/.
 """
@@ -13,6 +13,8 @@ import nbformat
 import pytest
 
 from autograder.course import authoring, paths as course
+
+from autograder.course import release
 
 LESSONS = course.text_lessons()
 SMALL = "03_swiglu"  # the smallest lesson: one nbgrader generate_assignment is quick
@@ -81,12 +83,12 @@ def small_course(tmp_path):
 
 
 def test_check_release_fails_on_a_hand_edited_solutions_notebook(small_course):
-    assert course.stale_release(small_course) == []
+    assert release.stale_release(small_course) == []
     path = course.source_notebook(SMALL, small_course)
     nb = nbformat.read(path, as_version=4)
     nb.cells[0].source += "\nПравка прямо в ноутбуке."
     nbformat.write(nb, path)
-    assert course.stale_release(small_course) == [
+    assert release.stale_release(small_course) == [
         f"{SMALL}: solutions/{SMALL}/{SMALL}.ipynb не совпадает с тем, что собирается из lessons/{SMALL}.py: "
         f"выполните `make release` (урок правят в lessons/{SMALL}.py, а не в ноутбуках)"]
 
@@ -95,20 +97,20 @@ def test_check_release_fails_on_an_edited_text_source_until_it_is_released(small
     source = course.text_source(SMALL, small_course)
     source.write_text(source.read_text(encoding="utf-8").replace("# В этом уроке вы:", "# В этом уроке мы:", 1),
                       encoding="utf-8")
-    problems = course.stale_release(small_course)
+    problems = release.stale_release(small_course)
     assert [p.split(":")[:2] for p in problems] == [
         [SMALL, f" solutions/{SMALL}/{SMALL}.ipynb не совпадает с тем, что собирается из lessons/{SMALL}.py"],
         [SMALL, f" notebooks/{SMALL}/{SMALL}.ipynb не совпадает с тем, что собирается из lessons/{SMALL}.py"]]
     assert all("выполните `make release`" in p for p in problems)
-    course.release(small_course)
-    assert course.stale_release(small_course) == []
+    release.release(small_course)
+    assert release.stale_release(small_course) == []
     for built_notebook in (course.source_notebook(SMALL, small_course), course.student_notebook(SMALL, small_course)):
         assert "В этом уроке мы:" in built_notebook.read_text(encoding="utf-8")
 
 
 def test_no_text_source_reaches_the_student_release(small_course):
     """notebooks/ holds the student notebooks (and the glossary) only, fresh or committed; a stray file there fails the check."""
-    course.release(small_course)
+    release.release(small_course)
     assert sorted(p.relative_to(small_course).as_posix() for p in (small_course / course.RELEASE).rglob("*")
                   if p.is_file()) == [f"notebooks/{SMALL}/{SMALL}.ipynb"]
     committed = subprocess.run(["git", "ls-files", course.RELEASE], cwd=course.ROOT, capture_output=True,
@@ -116,5 +118,5 @@ def test_no_text_source_reaches_the_student_release(small_course):
     assert committed == sorted([f"notebooks/{n}/{n}.ipynb" for n in LESSONS]
                                + [f"notebooks/{name}" for name in course.RELEASE_FILES])
     shutil.copy(course.text_source(SMALL), small_course / course.RELEASE / SMALL / f"{SMALL}.py")
-    assert course.stale_release(small_course) == [
+    assert release.stale_release(small_course) == [
         f"{SMALL}: notebooks/{SMALL}/{SMALL}.py не собирается `make release` (лишний файл)"]

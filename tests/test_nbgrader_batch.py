@@ -7,22 +7,24 @@ import pytest
 
 from autograder.course import paths as course
 
+from autograder.course import nbgrader_cli
+
 
 def test_the_batch_stamps_the_gradebook_version_alembic_reports(monkeypatch):
     from autograder.nbgrader.batch import alembic_head
     from nbgrader.api import get_alembic_version  # runs `alembic heads`, as nbgrader does
 
-    monkeypatch.setenv("PATH", course.nbgrader_env()["PATH"])
+    monkeypatch.setenv("PATH", nbgrader_cli.nbgrader_env()["PATH"])
     assert alembic_head() == get_alembic_version()
 
 
 def test_a_failing_command_stops_the_batch(tmp_path):
-    folder = course.new_course(tmp_path / "course", only=["03_swiglu"])
-    done = course.nbgrader_batch([("generate_assignment", "no_such_lesson", "--force"),
+    folder = nbgrader_cli.new_course(tmp_path / "course", only=["03_swiglu"])
+    done = nbgrader_cli.nbgrader_batch([("generate_assignment", "no_such_lesson", "--force"),
                                   ("generate_assignment", "03_swiglu", "--force")], cwd=folder, check=False)
     assert done.returncode != 0 and "No notebooks were matched" in done.stderr
     assert not course.student_notebook("03_swiglu", folder).exists()
     with pytest.raises(RuntimeError, match="no_such_lesson"):
-        course.nbgrader_batch([("generate_assignment", "no_such_lesson")], cwd=folder)
-    course.nbgrader_batch([("generate_assignment", "03_swiglu", "--force")], cwd=folder)
+        nbgrader_cli.nbgrader_batch([("generate_assignment", "no_such_lesson")], cwd=folder)
+    nbgrader_cli.nbgrader_batch([("generate_assignment", "03_swiglu", "--force")], cwd=folder)
     assert course.student_notebook("03_swiglu", folder).exists()

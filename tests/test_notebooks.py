@@ -4,6 +4,8 @@ import pytest
 from nbclient import NotebookClient
 
 from autograder.course import paths as course
+
+from autograder.course import release
 from autograder.course.cli import notebooks_with_outputs
 from autograder.checks.core import get_check
 from autograder.nbgrader.cells import parse_grade_cell
@@ -50,7 +52,7 @@ def test_solution_notebook_runs_top_to_bottom_with_every_check_passing(lesson):
 def test_built_notebooks_are_current_and_without_outputs():
     """Are solutions/ and notebooks/ exactly what `make release` builds from lessons/, and is no
     notebook committed with outputs?"""
-    assert course.stale_release() == []
+    assert release.stale_release() == []
     assert notebooks_with_outputs() == []
 
 

@@ -11,7 +11,9 @@ import zlib
 import nbformat
 import pytest
 
-from autograder.course import cli, paths as course, folder as course_folder, autograde as parallel, report
+from autograder.course import cli, paths as course, folder as course_folder, autograde as parallel, record, report
+
+from autograder.course import grading, nbgrader_cli
 from bank import banks
 
 LESSON = "02_fused_rmsnorm"
@@ -20,21 +22,21 @@ pytestmark = pytest.mark.xdist_group("parallel_autograde")
 
 def submissions() -> dict:
     bank = banks()[LESSON]
-    reference = course.reference_answers(LESSON)
+    reference = grading.reference_answers(LESSON)
     wrong = {s.name: s for s in bank.WRONG}
     return {
-        "reference": course.fill_answers(LESSON, reference),
-        "eps_outside_root": course.fill_answers(LESSON, {**reference, **wrong["eps_outside_root"].answers}),
-        "naive_temporaries": course.fill_answers(LESSON, {**reference, **wrong["naive_temporaries"].answers}),
+        "reference": grading.fill_answers(LESSON, reference),
+        "eps_outside_root": grading.fill_answers(LESSON, {**reference, **wrong["eps_outside_root"].answers}),
+        "naive_temporaries": grading.fill_answers(LESSON, {**reference, **wrong["naive_temporaries"].answers}),
         "untouched": nbformat.read(course.student_notebook(LESSON), as_version=4),
     }
 
 
 def class_course(folder, notebooks):
     """A course as the instructor has it: assignment generated, submissions collected."""
-    course.new_course(folder, only=[LESSON])
-    course.nbgrader("generate_assignment", LESSON, "--force", cwd=folder)
-    course.write_submissions(folder, LESSON, notebooks)
+    nbgrader_cli.new_course(folder, only=[LESSON])
+    nbgrader_cli.nbgrader("generate_assignment", LESSON, "--force", cwd=folder)
+    grading.write_submissions(folder, LESSON, notebooks)
     return folder
 
 
@@ -49,7 +51,7 @@ def verdict(folder, student, cell) -> str:
 def graded(tmp_path_factory):
     notebooks = submissions()
     base = tmp_path_factory.mktemp("parallel")
-    serial = course.grade_notebooks(LESSON, notebooks, base / "serial")
+    serial = grading.grade_notebooks(LESSON, notebooks, base / "serial")
     folder = class_course(base / "class", notebooks)
     summary = parallel.autograde(folder, workers=2, progress=False)
     return {"serial": serial, "folder": folder, "summary": summary, "base": base,
@@ -60,7 +62,7 @@ def test_parallel_scores_are_the_serial_scores(graded):
     """Same submissions: is every cell's score in the class gradebook the serial nbgrader score?"""
     assert not graded["summary"].failed, graded["summary"].text()
     assert graded["summary"].workers == 2
-    got = course.read_grades(graded["folder"], LESSON, graded["students"])
+    got = grading.read_grades(graded["folder"], LESSON, graded["students"])
     differ = [(student, mine.cell, mine.score, theirs.score)
               for student in graded["students"] for mine, theirs in zip(got[student], graded["serial"][student])
               if mine != theirs]
@@ -81,7 +83,7 @@ def test_the_class_course_looks_as_after_nbgrader(graded):
     with sqlite3.connect(folder / "gradebook.db") as db:
         assert db.execute("pragma integrity_check").fetchone() == ("ok",)
         assert db.execute("select count(*) from submitted_assignment").fetchone() == (4,)
-    course.nbgrader("export", "--to", str(folder / "grades.csv"), cwd=folder)
+    nbgrader_cli.nbgrader("export", "--to", str(folder / "grades.csv"), cwd=folder)
     assert "eps_outside_root" in (folder / "grades.csv").read_text(encoding="utf-8")
 
 
@@ -93,7 +95,7 @@ def test_a_second_run_skips_graded_work_and_force_regrades_without_duplicates(gr
 
     again = parallel.autograde(folder, force=True, students=["eps_outside_root"], workers=1, progress=False)
     assert [o.submission.student for o in again.outcomes] == ["eps_outside_root"] and not again.failed
-    assert course.read_grades(folder, LESSON, graded["students"]) == graded["serial"]
+    assert grading.read_grades(folder, LESSON, graded["students"]) == graded["serial"]
     with sqlite3.connect(folder / "gradebook.db") as db:
         assert db.execute("select count(*) from submitted_assignment").fetchone() == (4,)
         assert db.execute("select count(*) from grade").fetchone() == (sum(map(len, graded["serial"].values())),)
@@ -104,7 +106,7 @@ def test_merge_records_notebooks_graded_on_another_machine(graded, tmp_path):
     notebooks = submissions()
     folder = class_course(tmp_path / "class", notebooks)
     assert cli.main(["merge", str(graded["base"] / "serial" / "autograded"), "--course", str(folder)]) == 0
-    assert course.read_grades(folder, LESSON, graded["students"]) == graded["serial"]
+    assert grading.read_grades(folder, LESSON, graded["students"]) == graded["serial"]
 
 
 def test_merge_refuses_a_notebook_graded_from_another_submission(graded, tmp_path):
@@ -163,9 +165,9 @@ def test_replay_keeps_what_nbgrader_does_after_execution(graded):
     """Is everything from SaveAutoGrades on kept, and only the execution steps replaced?"""
     from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
 
-    config = parallel.replay_config(course_folder.load(graded["folder"]), graded["base"])
+    config = record.replay_config(course_folder.load(graded["folder"]), graded["base"])
     steps = config.Autograde.autograde_preprocessors
-    assert steps[0] is parallel.ReplayAutograded
+    assert steps[0] is record.ReplayAutograded
     assert steps[1] is SaveAutoGrades and AssignLatePenalties in steps
     assert config.ReplayAutograded.directory == str(graded["base"])
 
@@ -190,7 +192,7 @@ def test_workers_keep_student_code_out_of_the_class_course(tmp_path):
     assert config.IsolatedExecute.protected_dirs == ["/srv/shared-data", str((tmp_path / "class").resolve())]
     assert config.CourseDirectory.root == str(tmp_path / "worker-1")
     assert class_course.config.IsolatedExecute.protected_dirs == ["/srv/shared-data"]  # not changed in place
-    from autograder.nbgrader.ext import IsolatedExecute
+    from autograder.nbgrader.execute import IsolatedExecute
     assert IsolatedExecute(config=config).protected_dirs == config.IsolatedExecute.protected_dirs
 
 
@@ -211,7 +213,7 @@ def test_feedback_keeps_hidden_tests_hidden(graded):
     hidden case, each check once, no execution counts; visible failures still explained."""
     import re
 
-    course.nbgrader("generate_feedback", LESSON, "--force", cwd=graded["folder"])
+    nbgrader_cli.nbgrader("generate_feedback", LESSON, "--force", cwd=graded["folder"])
     seeds = hidden_seeds(LESSON)
     assert seeds
     for student in graded["students"]:

@@ -22,6 +22,8 @@ import nbformat
 import pytest
 
 from autograder.course import paths as course, publish, selfcheck
+
+from autograder.course import grading, release
 from autograder.course import settings
 from test_environment import pins
 
@@ -215,7 +217,7 @@ def test_the_published_make_test_grades_an_edited_notebook_with_the_published_pa
     assert where.startswith(str(out / "autograder")), where  # what the check workers (python -I) import
 
     # The student: the reference answers, a cell of their own, a check cell deleted.
-    nb = course.fill_answers(LESSON, course.reference_answers(LESSON), root=out)
+    nb = grading.fill_answers(LESSON, grading.reference_answers(LESSON), root=out)
     nb.cells.insert(3, nbformat.v4.new_code_cell("import autograder\nopen('where.txt', 'w').write(autograder.__file__)"))
     nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_lesson02_dtype"]
     nbformat.write(nb, out / "notebooks" / LESSON / f"{LESSON}.ipynb")
@@ -269,7 +271,7 @@ def test_course_publish_refuses_notebooks_older_than_their_text_sources(tmp_path
     """`course publish` never ships a build that lessons/ no longer gives: it says what is stale and writes nothing."""
     from autograder.course import cli
 
-    monkeypatch.setattr(course, "stale_release", lambda root=course.ROOT: ["02_fused_rmsnorm: notebooks/… не совпадает"])
+    monkeypatch.setattr(release, "stale_release", lambda root=course.ROOT: ["02_fused_rmsnorm: notebooks/… не совпадает"])
     assert cli.main(["publish", str(tmp_path / "students")]) == 1
     assert not (tmp_path / "students").exists()
     assert "Публикация отменена: собранные ноутбуки устарели" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from nbformat.v4 import new_code_cell, new_output
 from autograder.course import report
 from autograder.checks.core import CheckFailed, CheckResult
 from autograder.checks.mistakes import compare_or_name
-from autograder.nbgrader.ext import verdict_outputs
+from autograder.nbgrader.execute import verdict_outputs
 
 
 def failing_cell(message: str, mistake: str | None = None):

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from autograder.course import paths as course
+
+from autograder.course import grading, nbgrader_cli
 from autograder.isolation import run as isolation, sandbox
 from autograder.isolation.run import run_check
 
@@ -163,14 +165,14 @@ def test_the_sandbox_command_hides_the_course_and_home_and_passes_no_stray_envir
 @pytest.fixture(scope="module")
 def class_course(tmp_path_factory):
     folder = tmp_path_factory.mktemp("refuse")
-    root = course.new_course(folder / "course", only=[LESSON])
-    course.write_submissions(root, LESSON, {"s1": course.fill_answers(LESSON, course.reference_answers(LESSON))})
-    course.nbgrader_batch([("generate_assignment", LESSON, "--force")], cwd=root, scratch=True)
+    root = nbgrader_cli.new_course(folder / "course", only=[LESSON])
+    grading.write_submissions(root, LESSON, {"s1": grading.fill_answers(LESSON, grading.reference_answers(LESSON))})
+    nbgrader_cli.nbgrader_batch([("generate_assignment", LESSON, "--force")], cwd=root, scratch=True)
     return root
 
 
 def without_bwrap() -> dict:
-    return {**course.nbgrader_env(), sandbox.BWRAP_ENV: "/nonexistent/bwrap"}
+    return {**nbgrader_cli.nbgrader_env(), sandbox.BWRAP_ENV: "/nonexistent/bwrap"}
 
 
 def test_nbgrader_autograde_refuses_a_class_without_the_sandbox_and_says_how_to_install_it(class_course):
@@ -201,7 +203,7 @@ def test_course_grade_of_ones_own_notebook_goes_on_without_the_sandbox_with_one_
     import nbformat
 
     notebook = tmp_path / f"{LESSON}.ipynb"
-    nbformat.write(course.fill_answers(LESSON, course.reference_answers(LESSON)), notebook)
+    nbformat.write(grading.fill_answers(LESSON, grading.reference_answers(LESSON)), notebook)
     done = subprocess.run([str(Path(sys.executable).parent / "course"), "grade", str(notebook)], cwd=tmp_path,
                           env=without_bwrap(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

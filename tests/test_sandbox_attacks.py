@@ -33,13 +33,15 @@ import nbformat
 import pytest
 
 from autograder.course import paths as course
+
+from autograder.course import grading, nbgrader_cli
 from autograder.isolation import sandbox
 
 pytestmark = [pytest.mark.xdist_group("sandbox_attacks"),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux-only")]
 
 LESSON = "02_fused_rmsnorm"
-REFERENCE = course.reference_answers(LESSON)
+REFERENCE = grading.reference_answers(LESSON)
 #: Graded before the attackers (nbgrader goes by student id), so that an attack could change their grades.
 HONEST = {"alice": {}, "amir": {},
           "anna_partial": {"fused_add_rms_norm": "def fused_add_rms_norm(x, residual, w, eps=1e-6):\n"
@@ -241,18 +243,18 @@ def make_class(folder: Path, home: Path, *, attackers: dict = {}, listener: List
                dry: bool = False) -> Path:
     """A course in ``folder``/course, its assignment generated, with the honest students and ``attackers``
     submitted (each attacker's folder also holds the native files it ships)."""
-    root = course.new_course(folder / "course", only=[LESSON])
-    submissions = {name: course.fill_answers(LESSON, {**REFERENCE, **answers}) for name, answers in HONEST.items()}
+    root = nbgrader_cli.new_course(folder / "course", only=[LESSON])
+    submissions = {name: grading.fill_answers(LESSON, {**REFERENCE, **answers}) for name, answers in HONEST.items()}
     native = compile_native(folder) if attackers else {}
     for name, (route, where) in attackers.items():
         payload = PAYLOAD.format(course=str(root), home=str(home), port=listener.port, route=route, dry=dry)
-        submissions[name] = course.fill_answers(LESSON, {**REFERENCE, **attacker_answers(route, where, payload, native)})
-    course.write_submissions(root, LESSON, submissions)
+        submissions[name] = grading.fill_answers(LESSON, {**REFERENCE, **attacker_answers(route, where, payload, native)})
+    grading.write_submissions(root, LESSON, submissions)
     for name in attackers:
         for file, data in native.items():
             (root / "submitted" / name / LESSON / file).write_bytes(data)
     subprocess.run([*BATCH, json.dumps([["generate_assignment", LESSON, "--force"]])], cwd=root,
-                   env={**course.nbgrader_env(), "HOME": str(home)}, check=True, capture_output=True)
+                   env={**nbgrader_cli.nbgrader_env(), "HOME": str(home)}, check=True, capture_output=True)
     return root
 
 
@@ -260,7 +262,7 @@ BATCH = [sys.executable, "-m", "autograder.nbgrader.batch", "--scratch"]
 
 
 def grade(root: Path, home: Path, how: str, *extra: str, check: bool = True) -> dict[str, dict[str, float]]:
-    env = {**course.nbgrader_env(), "HOME": str(home)}
+    env = {**nbgrader_cli.nbgrader_env(), "HOME": str(home)}
     if how == "serial":
         command = [*BATCH, json.dumps([["autograde", LESSON, "--force", *extra]])]
     else:
@@ -269,7 +271,7 @@ def grade(root: Path, home: Path, how: str, *extra: str, check: bool = True) -> 
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0 or not check, done.stderr[-3000:]
     students = sorted(p.name for p in (root / "submitted").iterdir())
-    return {s: {g.cell: g.score for g in grades} for s, grades in course.read_grades(root, LESSON, students).items()}
+    return {s: {g.cell: g.score for g in grades} for s, grades in grading.read_grades(root, LESSON, students).items()}
 
 
 def outputs_of(root: Path, student: str) -> str:

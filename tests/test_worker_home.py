@@ -26,7 +26,9 @@ import pytest
 
 from autograder.isolation import run as isolation
 from autograder.gpu import nvrtc
-from autograder.isolation.run import HOME_VARIABLES, run_check
+from autograder.isolation import fork_server
+from autograder.isolation.home import HOME_VARIABLES, home_template
+from autograder.isolation.run import run_check
 from autograder.notebook import run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +68,7 @@ def test_every_cache_and_settings_folder_of_a_worker_is_its_own(fork):
     """Does each check see a fresh home of its own (the template's copy), with every cache variable inside it,
     gone afterwards?"""
     first, second = home_facts(fork), home_facts(fork)
-    template = sorted(os.listdir(isolation.home_template()))  # matplotlib's font list, made once per grader
+    template = sorted(os.listdir(home_template()))  # matplotlib's font list, made once per grader
     for facts in (first, second):
         assert facts["home holds"] == template and facts["all under home"], facts
         assert not facts["cwd under home"], "the student's scratch folder is not the home"
@@ -111,7 +113,7 @@ def test_a_home_full_of_caches_and_startup_files_changes_no_verdict(tmp_path, mo
 
     for name, value in populate(tmp_path).items():
         monkeypatch.setenv(name, value)
-    isolation._stop_fork_server()  # the server is started again with this environment
+    fork_server.stop()  # the server is started again with this environment
     before = tree_digest(tmp_path)
     cpu = run_check("lesson02.equivalence", [cloudpickle.dumps(student(SOLUTION))], fork=fork)
     assert cpu.passed and not cpu.grader_fault, cpu.message

@@ -1,6 +1,6 @@
 """Verdicts as data: what a graded test cell carries besides the text people read.
 
-The autograde step (:mod:`autograder.nbgrader.ext`) writes, into the metadata of a test cell's
+The autograde step (:mod:`autograder.nbgrader.execute`) writes, into the metadata of a test cell's
 first output, one dict per ``grade(...)`` call under :data:`KEY`::
 
     {"check_id": "lesson02.memory", "title": "...", "points": 2.0, "passed": false,

@@ -32,14 +32,11 @@ import concurrent.futures
 import concurrent.futures.process
 import contextlib
 import copy
-import dataclasses
 import fcntl
 import multiprocessing
 import os
-import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -48,138 +45,17 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-import nbformat
-from nbgrader.converters import Autograde
-
-from ..nbgrader import cells
-from ..nbgrader.ext import CourseAutograde
-from nbgrader.coursedir import CourseDirectory
-from nbgrader.preprocessors import SaveAutoGrades
-from nbgrader.preprocessors.base import NbGraderPreprocessor
-from nbgrader.utils import capture_log
-from traitlets import Unicode
-from traitlets.config import Config
-
 from . import status as status_module
-from ..nbgrader.gradebook import open_gradebook
 from .status import pending
-from .folder import (CourseFolder, Submission, find_submissions, quiet, require_gradebook,
-                     select_lessons, shard)
+from .folder import CourseFolder, Submission, find_submissions, require_gradebook, select_lessons, shard
 from .folder import load as load_course_folder
 from ..nbgrader import submission as submission_module
+from .record import (Outcome, Summary, keep_logs, last_error, record_graded, auto_scores, backup_sqlite,
+                     record, run_autograde)
+
 
 LOCK_NAME = ".course-autograde.lock"
 
-
-def backup_sqlite(source: Path, target: Path) -> None:
-    """A consistent copy of a sqlite database (the backup API waits out writers)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.closing(sqlite3.connect(source)) as src, \
-            contextlib.closing(sqlite3.connect(target)) as dst:
-        src.backup(dst)
-
-
-# --- recording notebooks autograded elsewhere -----------------------------------------------
-
-class ReplayAutograded(NbGraderPreprocessor):
-    """Stands in for nbgrader's execution steps: the notebook as another course executed it."""
-
-    directory = Unicode("", help="An autograded/ folder: <student>/<assignment>/<notebook>.ipynb, "
-                                 "written by `nbgrader autograde` in another copy of the course.").tag(config=True)
-
-    def preprocess(self, nb, resources):
-        info = resources["nbgrader"]
-        path = Path(self.directory) / info["student"] / info["assignment"] / f"{info['notebook']}.ipynb"
-        if not path.exists():
-            raise FileNotFoundError(f"нет проверенного ноутбука {path}")
-        graded = nbformat.read(path, as_version=nbformat.NO_CONVERT)
-        difference = first_difference(nb, graded)
-        if difference:
-            raise ValueError(f"{path} проверен не по этой сданной работе: {difference}")
-        return graded, resources
-
-
-def first_difference(sanitised, graded) -> str | None:
-    """Where an executed notebook's cells differ from the sanitised submission (None: same)."""
-    if len(sanitised.cells) != len(graded.cells):
-        return f"в нём {len(graded.cells)} ячеек вместо {len(sanitised.cells)}"
-    for index, (mine, theirs) in enumerate(zip(sanitised.cells, graded.cells)):
-        ids = [cells.grade_id(c) for c in (mine, theirs)]
-        if mine.cell_type != theirs.cell_type or mine.source != theirs.source or ids[0] != ids[1]:
-            return f"отличается ячейка {index} ({ids[0] or mine.cell_type})"
-    return None
-
-
-def replay_config(course: CourseFolder, directory: Path) -> Config:
-    """The course's config with the steps before SaveAutoGrades replaced by the replay."""
-    config = copy.deepcopy(course.config)
-    steps = list(config.Autograde.get("autograde_preprocessors")
-                 or Autograde.class_traits()["autograde_preprocessors"].default())
-    names = [s if isinstance(s, str) else f"{s.__module__}.{s.__name__}" for s in steps]
-    saving = [i for i, (s, n) in enumerate(zip(steps, names))
-              if (isinstance(s, type) and issubclass(s, SaveAutoGrades)) or n.endswith(".SaveAutoGrades")]
-    if not saving:
-        raise ValueError("Autograde.autograde_preprocessors has no SaveAutoGrades: nothing records grades")
-    config.Autograde.autograde_preprocessors = [ReplayAutograded] + steps[saving[0]:]
-    config.ReplayAutograded.directory = str(directory)
-    return config
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """One submission's result: scores per (notebook, cell) when recorded, else the error."""
-
-    submission: Submission
-    scores: dict[tuple[str, str], float] | None
-    error: str = ""
-    log: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.scores is not None and not self.error
-
-
-def run_autograde(config: Config, sub: Submission) -> dict:
-    """nbgrader's Autograde converter for one submission, in-process: {success, log, error}."""
-    coursedir = CourseDirectory(config=config, assignment_id=sub.lesson, student_id=sub.student)
-    converter = CourseAutograde(coursedir=coursedir, config=config)
-    converter.force = True
-    converter.create_student = True
-    with quiet():
-        return capture_log(converter)
-
-
-def auto_scores(db_url: str, sub: Submission) -> dict[tuple[str, str], float]:
-    """(notebook, cell) -> auto_score of a submission, from a gradebook."""
-    with open_gradebook(db_url) as gradebook:
-        submission = gradebook.find_submission(sub.lesson, sub.student)
-        return {(nb.name, g.name): g.auto_score for nb in submission.notebooks for g in nb.grades}
-
-
-def record(course: CourseFolder, sub: Submission, directory: Path,
-           expected: dict[tuple[str, str], float] | None = None) -> Outcome:
-    """Record one submission autograded in ``directory`` into the class gradebook (one writer)."""
-    done = run_autograde(replay_config(course, directory), sub)
-    log = done.get("log", "")
-    if not done["success"]:
-        return Outcome(sub, None, _last_error(done), log)
-    scores = auto_scores(course.coursedir().db_url, sub)
-    if expected is not None and scores != expected:
-        return Outcome(sub, scores, f"в gradebook записано {scores}, проверка дала {expected}", log)
-    return Outcome(sub, scores, "", log)
-
-
-def _last_error(done: dict) -> str:
-    """The most telling line of a failed nbgrader run: the exception raised inside it."""
-    lines = [line.strip() for line in (done.get("log", "") + "\n" + done.get("error", "")).splitlines()]
-    lines = [line for line in lines if line]
-    raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)
-              and "NbGraderException" not in line]
-    errors = [line for line in lines if "[ERROR]" in line]
-    return (raised or errors or lines or ["неизвестная ошибка nbgrader"])[-1][:500]
-
-
-# --- the workers ----------------------------------------------------------------------------
 
 _WORKER: dict = {}
 
@@ -269,49 +145,8 @@ def _grade(sub: Submission) -> tuple[Submission, str, dict | None, str, str]:
     shutil.rmtree(target, ignore_errors=True)
     folder = str(mine.autograded(sub).parent.parent)
     if not done["success"]:
-        return sub, folder, None, _last_error(done), done.get("log", "") + done.get("error", "")
+        return sub, folder, None, last_error(done), done.get("log", "") + done.get("error", "")
     return sub, folder, auto_scores(mine.coursedir().db_url, sub), "", ""
-
-
-@dataclasses.dataclass
-class Summary:
-    outcomes: list[Outcome]
-    skipped: int
-    seconds: float
-    workers: int
-    anomalies: dict[Submission, list] = dataclasses.field(default_factory=dict)
-    stopped: str = ""  # the signal that stopped the run early ("" when it ran to the end)
-    not_started: int = 0
-    sandboxed: bool = True  # graded in the OS sandbox (False: --no-sandbox)
-
-    @property
-    def failed(self) -> list[Outcome]:
-        return [o for o in self.outcomes if not o.ok]
-
-    def text(self) -> str:
-        lines = []
-        if self.stopped:
-            lines.append(f"Остановлено ({self.stopped}): записано {len(self.outcomes) - len(self.failed)}, "
-                         f"не начато или прервано {self.not_started}; записанное в gradebook сохранено, "
-                         "повторный запуск проверит остальное.")
-        elif not self.outcomes:
-            lines.append(f"Нечего записывать: новых работ нет (уже проверено: {self.skipped}; "
-                         "перепроверить все — --force).")
-        else:
-            done = len(self.outcomes) - len(self.failed)
-            lines.append(f"Проверено и записано в gradebook: {done} из {len(self.outcomes)} "
-                         f"за {self.seconds:.0f} с ({self.workers} проц.); уже проверенных пропущено: {self.skipped}.")
-        if not self.sandboxed and self.outcomes:
-            lines.append("  Без песочницы (--no-sandbox): код студентов выполнялся с правами проверяющего.")
-        lines += [f"  НЕ ПРОВЕРЕНА {o.submission}: {o.error}" for o in self.failed]
-        if any(o.log for o in self.failed):
-            lines.append(f"  Журналы nbgrader этих работ — в {ERROR_LOGS}/.")
-        noted = {sub: found for sub, found in sorted(self.anomalies.items(), key=lambda kv: str(kv[0])) if found}
-        if noted:
-            lines.append("Особенности работ (баллы за них не снимались, если не сказано иное):")
-            for sub, found in noted.items():
-                lines.append(f"  {sub}: " + "; ".join(str(a) for a in found))
-        return "\n".join(lines)
 
 
 class Stopped(Exception):
@@ -361,7 +196,7 @@ def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int |
     """Autograde the chosen submissions of the course in ``folder`` with ``workers`` processes, each
     submission in the OS sandbox (``sandbox``: "required" refuses without bubblewrap, "off" grades
     without it and says so)."""
-    from ..nbgrader.ext import SANDBOX_OFF, require_sandbox
+    from ..nbgrader.execute import SANDBOX_OFF, require_sandbox
 
     started = time.monotonic()
     require_sandbox(sandbox)  # SandboxMissing (a RuntimeError) before anything is touched
@@ -392,7 +227,7 @@ def autograde(folder: Path | str, lessons: Iterable[str] = (), *, workers: int |
             summary.stopped = str(stop)
             summary.not_started = len(todo) - len(outcomes)
     outcomes.sort(key=lambda o: (o.submission.lesson, o.submission.student))
-    _keep_logs(course, outcomes)
+    keep_logs(course, outcomes)
     summary.seconds = time.monotonic() - started
     return summary
 
@@ -452,7 +287,7 @@ def _grade_all(course: CourseFolder, todo: list[Submission], summary: Summary, s
                             outcome = Outcome(sub, None, f"сбой: {error!r}")
                         else:
                             with _critical(state):
-                                outcome = _record_graded(course, *result)
+                                outcome = record_graded(course, *result)
                         outcomes.append(outcome)
                         bar.update(1)
                         if not outcome.ok:
@@ -483,6 +318,7 @@ def _stop_pool(pool) -> None:
 
 
 SCRATCH_PREFIX = "course-autograde-"
+
 
 #: A watcher outside the run: when the main process is gone (even by kill -9, before any worker
 #: exists) it removes the scratch folder, which holds the gradebook snapshot (hidden tests
@@ -530,14 +366,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _record_graded(course: CourseFolder, sub: Submission, folder: str, scores, error: str, log: str) -> Outcome:
-    if scores is None:
-        return Outcome(sub, None, error, log)
-    outcome = record(course, sub, Path(folder), expected=scores)
-    shutil.rmtree(Path(folder) / sub.student / sub.lesson, ignore_errors=True)
-    return outcome
-
-
 def merge(folder: Path | str, autograded: Path | str, lessons: Iterable[str] = (), *,
           only_gpu: bool = False, skip_gpu: bool = False, progress: bool = True) -> Summary:
     """Record notebooks autograded on another machine (its ``autograded/`` folder) here."""
@@ -568,25 +396,9 @@ def merge(folder: Path | str, autograded: Path | str, lessons: Iterable[str] = (
         except Stopped as stop:
             summary.stopped = str(stop)
             summary.not_started = len(found) - len(outcomes)
-    _keep_logs(course, outcomes)
+    keep_logs(course, outcomes)
     summary.seconds = time.monotonic() - started
     return summary
-
-
-# --- plumbing -------------------------------------------------------------------------------
-
-ERROR_LOGS = status_module.ERROR_LOGS
-
-
-def _keep_logs(course: CourseFolder, outcomes: list[Outcome]) -> None:
-    """Why each failed submission failed, and nbgrader's log of it: autograde_errors/.  A
-    submission recorded since loses its old log."""
-    for outcome in outcomes:
-        sub = outcome.submission
-        if outcome.ok:
-            status_module.clear_error_log(course.root, sub.lesson, sub.student)
-        else:
-            status_module.write_error_log(course.root, sub.lesson, sub.student, outcome.error, outcome.log)
 
 
 def _cpus() -> int:

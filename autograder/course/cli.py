@@ -28,9 +28,11 @@ import nbformat  # noqa: E402
 
 from . import paths as course  # noqa: E402
 
+from . import grading, release
+
 
 def cmd_release(args) -> int:
-    for path in course.release(only=args.lesson or None):
+    for path in release.release(only=args.lesson or None):
         print(f"записан {path.relative_to(course.ROOT)}")
     return 0
 
@@ -64,7 +66,7 @@ def notebooks_with_outputs(root: Path = course.ROOT) -> list[str]:
 
 
 def cmd_check_release(args) -> int:
-    problems = course.stale_release() + [f"{n}: в ноутбуке сохранены выводы" for n in notebooks_with_outputs()]
+    problems = release.stale_release() + [f"{n}: в ноутбуке сохранены выводы" for n in notebooks_with_outputs()]
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
@@ -96,10 +98,10 @@ def cmd_grade(args) -> int:
         print(f"Без песочницы bubblewrap ({why}): ваш ноутбук выполняется с вашими правами, как в JupyterLab.")
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
         print(f"Проверяю {path.name} всеми тестами урока {lesson} (с дополнительными скрытыми)…")
-        grades = course.grade_notebooks(lesson, {"me": submission}, Path(scratch),
+        grades = grading.grade_notebooks(lesson, {"me": submission}, Path(scratch),
                                         extra_args=("--IsolatedExecute.sandbox=if-available",))["me"]
         graded = nbformat.read(Path(scratch) / "autograded" / "me" / lesson / f"{lesson}.ipynb", as_version=4)
-    print(course.verdict_table(graded, grades))
+    print(grading.verdict_table(graded, grades))
     return 0
 
 
@@ -157,7 +159,7 @@ def cmd_publish(args) -> int:
 
     # Students get notebooks/ as built from lessons/, never an old build (without solutions/ there is
     # nothing to compare, and publish() says that this is no course folder).
-    stale = course.stale_release() if (course.ROOT / course.SOLUTIONS).is_dir() else []
+    stale = release.stale_release() if (course.ROOT / course.SOLUTIONS).is_dir() else []
     if stale:
         print("Публикация отменена: собранные ноутбуки устарели.\n" + "\n".join(stale), file=sys.stderr)
         return 1

@@ -136,7 +136,7 @@ def lesson_checks(lesson: str) -> list[Check]:
 def run_notebook(path: Path, timeout_s: float = CELL_TIMEOUT_S) -> tuple[nbformat.NotebookNode, str]:
     """The notebook executed in memory in its own folder, as autograde executes it, and what stopped
     it ("" when nothing did)."""
-    from ..nbgrader.ext import GraderError, IsolatedExecute
+    from ..nbgrader.execute import GraderError, IsolatedExecute
 
     nb = nbformat.read(path, as_version=4)
     # The student's own notebook on the student's own machine, visible checks only: nothing to keep from

@@ -16,7 +16,8 @@ from pathlib import Path
 from ..nbgrader import submission as submission_module
 from ..nbgrader.gradebook import open_gradebook
 from .folder import CourseFolder, Submission
-from ..nbgrader.ext import OUTPUT_CUT_MIME, incomplete_grading, read_notebook
+from ..nbgrader.execute import OUTPUT_CUT_MIME
+from ..nbgrader.autograde import incomplete_grading, read_notebook
 
 ERROR_LOGS = "autograde_errors"
 

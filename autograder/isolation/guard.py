@@ -14,7 +14,7 @@ Student code runs in two places while a notebook is graded:
   builtins, tracemalloc, json, os, the ``autograder`` modules) are compared with what they were,
   restored, and any change is reported, as are signal handlers and threads left behind; the
   tracemalloc functions that would reset a measurement raise while student code runs.
-* **the student's kernel under** ``nbgrader autograde`` (:mod:`autograder.nbgrader.ext`):
+* **the student's kernel under** ``nbgrader autograde`` (:mod:`autograder.nbgrader.execute`):
   :func:`install_kernel` caps the kernel's memory and adds a hook that refuses to read notebooks,
   solutions and the gradebook, to write into the course, the grader's code or the Python
   environment, to start processes and to signal other processes.

@@ -21,7 +21,6 @@ included): a crash usually says why there.
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
 import json
@@ -30,81 +29,18 @@ import pickle
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 import cloudpickle
 
+from . import fork_server
 from . import sandbox as sandbox_module
 from ..checks.core import CheckResult, get_check, shorten
+from .home import private_home, worker_environment
 from .worker import STAGE, STARTED
-
-#: Environment of the worker: one BLAS thread (deterministic, small address space).
-WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-              "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg", "PYTHONIOENCODING": "utf-8"}
-
-#: Where programs look for settings and keep caches, relative to the worker's own empty home (a folder of
-#: its scratch folder, gone after the check): nothing the grader's or the student's home holds (the CUDA
-#: driver's JIT cache, CuPy's compiled kernels, matplotlib's font list, IPython startup files) reaches a
-#: check, and nothing one check writes reaches the next.  Each check compiles its kernels afresh.
-HOME_VARIABLES = {
-    "HOME": "", "XDG_CACHE_HOME": ".cache", "XDG_CONFIG_HOME": ".config", "XDG_DATA_HOME": ".local/share",
-    "XDG_STATE_HOME": ".local/state", "XDG_RUNTIME_DIR": ".run",
-    "CUDA_CACHE_PATH": ".nv/ComputeCache",      # the driver's JIT cache (PTX -> machine code)
-    "CUPY_CACHE_DIR": ".cupy/kernel_cache",     # CuPy's compiled RawKernels
-    "MPLCONFIGDIR": ".config/matplotlib",
-    "IPYTHONDIR": ".ipython", "JUPYTER_CONFIG_DIR": ".jupyter", "JUPYTER_DATA_DIR": ".local/share/jupyter",
-    "TRITON_CACHE_DIR": ".triton/cache", "TORCH_HOME": ".cache/torch", "TORCHINDUCTOR_CACHE_DIR": ".cache/inductor",
-    "NUMBA_CACHE_DIR": ".cache/numba", "PYTHONUSERBASE": ".local",
-}
-#: Of the grader's environment these would point a worker back at files of the grader's own.
-DROPPED_VARIABLES = ("MATPLOTLIBRC", "JUPYTER_CONFIG_PATH", "JUPYTER_PATH", "PYTHONSTARTUP")
-
-
-def home_variables(folder: str) -> dict[str, str]:
-    """The environment variables that point a worker's programs at a home in ``folder``."""
-    return {name: os.path.join(folder, path) if path else folder for name, path in HOME_VARIABLES.items()}
-
-
-def private_home(folder: str) -> dict[str, str]:
-    """Make ``folder`` a fresh home (a copy of :func:`home_template`); its environment variables."""
-    shutil.copytree(home_template(), folder, dirs_exist_ok=True)
-    os.chmod(os.path.join(folder, ".run"), 0o700)
-    return home_variables(folder)
-
-
-_TEMPLATE: dict[str, tempfile.TemporaryDirectory] = {}
-_TEMPLATE_LOCK = threading.Lock()
-
-
-def home_template() -> str:
-    """A home made once per grading process, copied into every worker's: only what this machine's own
-    software writes into an empty home — matplotlib's font list, built here so that no check runs
-    ``fc-list`` (a new process, which the guard refuses once student code has run) or spends seconds on
-    it.  Nothing in it comes from the grader's or the student's home."""
-    with _TEMPLATE_LOCK:
-        if _TEMPLATE.get("owner") != os.getpid():
-            folder = tempfile.TemporaryDirectory(prefix="autograder-home-template-", ignore_cleanup_errors=True)
-            os.makedirs(os.path.join(folder.name, ".run"), mode=0o700)
-            env = {**worker_environment(), **home_variables(folder.name)}
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                subprocess.run([sys.executable, "-I", "-c", "import matplotlib.font_manager"], env=env, cwd=folder.name,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               timeout=120)
-            _TEMPLATE.update(owner=os.getpid(), folder=folder)
-        return _TEMPLATE["folder"].name
-
-
-def worker_environment(base: dict | None = None) -> dict[str, str]:
-    """The grader's environment with the worker's own settings, minus what points at the grader's caches
-    (the home variables come per check: :func:`private_home`)."""
-    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in DROPPED_VARIABLES}
-    return {**env, **WORKER_ENV}
-
 
 def _reap_children() -> None:
     """A grader started with SIGCHLD ignored (inherited from whatever launched it) cannot read a
@@ -136,7 +72,7 @@ def sandboxed(box: "sandbox_module.Sandbox | None"):
         yield
     finally:
         _SCOPE["sandbox"] = previous
-        server = _SERVER.get("server")
+        server = fork_server.SERVER.get("server")
         if box is not None and server is not None and server.sandbox == box and server.owner == os.getpid():
             server.close()
 
@@ -254,23 +190,19 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
                           "(например, цикл по элементам вместо операций над блоками).")
         except BrokenPipeError:  # the worker died before it read the request
             process.wait()
-        except ServerGone:  # the fork server died under the check: run it again, as a plain worker
+        except fork_server.ServerGone:  # the fork server died under the check: run it again, as a plain worker
             _kill_group(process)
             return run_check(check_id, payloads, cases, timeout_s=timeout, secret_dirs=secret_dirs,
                              write_protected=write_protected, fork=False, launcher=launcher)
         finally:
             _kill_group(process)  # whatever the student's code left running
-            if isinstance(process, _ForkedWorker):
+            if isinstance(process, fork_server.ForkedWorker):
                 process.finish()
         return _parse_reply(check, process.returncode, nonce, _tail(out_path),
                             _tail(err_path) + _tail(output_path))
 
 
 # --- starting a worker: a new Python process, or a fork of the fork server ------------------
-
-class ServerGone(Exception):
-    """The fork server stopped answering (it died, or this process lost it)."""
-
 
 def _start(check, env: dict, home: dict, workdir: str, out, err, *, fork: bool | None,
            launcher: tuple[str, ...] = (), box=None):
@@ -279,205 +211,16 @@ def _start(check, env: dict, home: dict, workdir: str, out, err, *, fork: bool |
     ``box``: the sandbox it runs in (the fork server then runs there too)."""
     if fork is None:
         fork = not check.needs_gpu and os.environ.get("AUTOGRADER_FORK_SERVER", "1") != "0"
-    if fork and _SERVER_LOCK.acquire(blocking=False):  # another thread's check: a plain worker
-        try:
-            for _ in range(2):  # a server that died since the last check is started again, once
-                server = _fork_server(env, box)
-                if server is None:
-                    break
-                try:
-                    return server.start(check.id, workdir, home, out, err, _SERVER_LOCK)
-                except ServerGone:
-                    server.close()
-                except _NoFork:
-                    break
-        except BaseException:
-            _SERVER_LOCK.release()
-            raise
-        _SERVER_LOCK.release()
+    if fork:
+        worker = fork_server.start_forked(check.id, env, home, workdir, out, err, box)
+        if worker is not None:
+            return worker
     argv, env = [*launcher, sys.executable, "-I", "-m", "autograder.isolation.worker"], {**env, **home}
     if box is not None:
         argv = sandbox_module.command(box, argv, env=env, cwd=workdir)
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=workdir, env=env,
                             start_new_session=True)  # its own process group: a timeout kills the children too
 
-
-class _NoFork(Exception):
-    """The fork server declined this check (it could not import the check, or threads run)."""
-
-
-_SERVER_LOCK = threading.Lock()
-_SERVER: dict = {}  # "server": the _ForkServer of this process, if one was started
-
-
-def _fork_server(env: dict, box=None):
-    """This process's fork server for workers with environment ``env`` in sandbox ``box`` (started on
-    first use, again when either changed or the server died); None when none can be started."""
-    server = _SERVER.get("server")
-    if server is not None and (server.owner != os.getpid() or server.env != env or server.sandbox != box
-                               or server.dead()):
-        if server.owner == os.getpid():
-            server.close()
-        server = None
-    if server is None:
-        try:
-            server = _SERVER["server"] = _ForkServer(env, box)
-        except OSError:
-            return None
-    return server
-
-
-@atexit.register
-def _stop_fork_server() -> None:
-    """At exit the server gets end-of-file and ends; waiting for it keeps its time in this
-    process's accounting (``RUSAGE_CHILDREN``) and leaves no zombie."""
-    server = _SERVER.get("server")
-    if server is not None and server.owner == os.getpid():
-        with contextlib.suppress(OSError):
-            server.control.close()
-        try:
-            server.process.wait(timeout=2)
-        except Exception:  # noqa: BLE001 - a check still running: the server dies with us anyway
-            server.close()
-
-
-class _ForkServer:
-    """``python -I -m autograder.isolation.worker --serve``, started like a worker (same interpreter, flags and
-    environment, own session), that forks one child per check (:func:`autograder.isolation.worker.serve`)."""
-
-    def __init__(self, env: dict, box=None):
-        self.env, self.owner, self.sandbox = dict(env), os.getpid(), box
-        # The server imports numpy and the grader with an empty home of its own (matplotlib, for one,
-        # reads its settings at import); each child then points the variables at its check's home.
-        self.home = tempfile.TemporaryDirectory(prefix="autograder-server-", ignore_cleanup_errors=True,
-                                                dir=box.scratch if box is not None else None)
-        server_env = {**env, **private_home(self.home.name)}
-        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with theirs:
-            argv = [sys.executable, "-I", "-m", "autograder.isolation.worker", "--serve", str(theirs.fileno())]
-            if box is not None:  # the server and every check it forks live in the submission's sandbox
-                argv = sandbox_module.command(box, argv, env=server_env, cwd=box.scratch)
-            self.process = subprocess.Popen(
-                argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, cwd="/", env=server_env, start_new_session=True)
-
-    def dead(self) -> bool:
-        return self.process.poll() is not None
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.control.close()
-        with contextlib.suppress(OSError):
-            self.process.kill()
-        with contextlib.suppress(Exception):
-            self.process.wait(timeout=5)
-        self.home.cleanup()
-        if _SERVER.get("server") is self:
-            del _SERVER["server"]
-
-    def message(self, timeout: float | None) -> dict:
-        try:
-            self.control.settimeout(timeout)
-            data = self.control.recv(65536)
-        except socket.timeout:
-            raise
-        except OSError as error:
-            raise ServerGone(str(error)) from None
-        if not data:
-            raise ServerGone("the fork server closed the connection")
-        return json.loads(data)
-
-    def start(self, check_id: str, workdir: str, home: dict, out, err, lock) -> "_ForkedWorker":
-        stdin, request_pipe = os.pipe()
-        order = {"check_id": check_id, "cwd": workdir, "env": home}
-        try:
-            try:
-                socket.send_fds(self.control, [json.dumps(order).encode()], [stdin, out.fileno(), err.fileno()])
-            except OSError as error:
-                raise ServerGone(str(error)) from None
-            finally:
-                os.close(stdin)
-            try:
-                reply = self.message(timeout=60)
-            except socket.timeout:
-                raise ServerGone("the fork server did not answer") from None
-        except BaseException:
-            os.close(request_pipe)
-            raise
-        if "pid" not in reply:
-            os.close(request_pipe)
-            raise _NoFork(reply.get("error"))
-        return _ForkedWorker(self, reply["pid"], request_pipe, lock)
-
-
-class _ForkedWorker:
-    """A worker forked by the fork server, with what run_check uses of subprocess.Popen."""
-
-    def __init__(self, server: _ForkServer, pid: int, request_pipe: int, lock):
-        self.server, self.pid, self.returncode = server, pid, None
-        self._pipe, self._lock = request_pipe, lock
-
-    def communicate(self, request: bytes, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        pipe, self._pipe, view = self._pipe, None, memoryview(request)
-        try:
-            while view:  # BrokenPipeError: the worker died before it read the request
-                view = view[os.write(pipe, view):]
-        finally:
-            os.close(pipe)
-        self._wait(max(deadline - time.monotonic(), 0.001), timeout)
-
-    def wait(self) -> int:
-        if self._pipe is not None:
-            os.close(self._pipe)
-            self._pipe = None
-        try:
-            return self._wait(None, None)
-        except ServerGone:  # after a kill or a broken pipe: the child died with its server
-            self.returncode = -signal.SIGKILL
-            return self.returncode
-
-    def _wait(self, remaining: float | None, timeout: float | None) -> int:
-        if self.returncode is not None:
-            return self.returncode
-        try:
-            reply = self.server.message(remaining)
-        except socket.timeout:
-            raise subprocess.TimeoutExpired("autograder.isolation.worker", timeout) from None
-        except ServerGone:
-            self._release()
-            self.server.close()
-            raise
-        self.returncode = int(reply["returncode"])
-        self._release()
-        return self.returncode
-
-    def kill(self) -> None:
-        """Kill what the check left running.  Outside a sandbox: the child's process group.  In one, the
-        server's pids are the sandbox's own, so the server has already killed every other process there
-        once the check ended; a check still running (a timeout) takes the whole sandbox with it."""
-        if self.server.sandbox is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
-        elif self.returncode is None:
-            self.server.close()
-            self.returncode = -signal.SIGKILL
-            self._release()
-
-    def finish(self) -> None:
-        """After run_check: a worker whose end the server never reported (an exception in the
-        grader) leaves the server out of step, so that server is not used again."""
-        if self._pipe is not None:
-            os.close(self._pipe)
-            self._pipe = None
-        if self.returncode is None:
-            self.server.close()
-        self._release()
-
-    def _release(self) -> None:
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
 
 
 def _tail(path: str, limit: int = 64 * 1024) -> bytes:
@@ -491,7 +234,7 @@ def _tail(path: str, limit: int = 64 * 1024) -> bytes:
 
 
 def _kill_group(process) -> None:
-    if isinstance(process, _ForkedWorker):
+    if isinstance(process, fork_server.ForkedWorker):
         process.kill()
         return
     try:

@@ -19,7 +19,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.utils import run_sync
 
 from . import sandbox as sandbox_module
-from .run import home_variables, private_home, worker_environment
+from .home import home_variables, private_home, worker_environment
 
 
 class SandboxedKernelManager(AsyncKernelManager):

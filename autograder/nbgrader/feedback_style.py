@@ -3,7 +3,7 @@
 nbgrader's feedback template shows outputs in <pre> blocks that never wrap, so the end of a long
 grader message (the hint) lies beyond the right edge of the page.  This preprocessor runs after
 nbconvert's CSSHTMLHeaderPreprocessor and adds one CSS rule to the styles the template inlines
-(`resources["inlining"]["css"]`); :func:`autograder.nbgrader.ext.feedback_preprocessors` puts it last.
+(`resources["inlining"]["css"]`); :func:`autograder.nbgrader.pipeline.feedback_preprocessors` puts it last.
 """
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool

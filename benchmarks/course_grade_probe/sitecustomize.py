@@ -55,7 +55,7 @@ def _patch(name, module):
             finally:
                 _record("converter", begin, time.time(), name=type(self).__name__)
         cls.start = start
-    elif name == "autograder.nbgrader.ext":
+    elif name == "autograder.nbgrader.execute":
         cls = module.IsolatedExecute
         cls.preprocess = _timed("preprocess", cls.preprocess)
         cls.preprocess_cell = _timed("cell", cls.preprocess_cell,
@@ -63,7 +63,7 @@ def _patch(name, module):
         cls._run = _timed("check", cls._run, lambda self, call, exported: {"check": call.check_id})
 
 
-_WATCHED = {"nbgrader.converters.base", "autograder.nbgrader.ext"}
+_WATCHED = {"nbgrader.converters.base", "autograder.nbgrader.execute"}
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -5,10 +5,11 @@ checks of the lesson are left out here (``tests/test_banks.py`` runs the checks 
 bank is ``bank_11`` in ``tests/test_gpu_lessons.py``.
 """
 from autograder.course import paths as course
+from autograder.course import grading
 from bank import correct, wrong
 
 LESSON = "11_flash_decoding"
-REFERENCE = course.reference_answers(LESSON)
+REFERENCE = grading.reference_answers(LESSON)
 
 DECODE = {"lesson11.equivalence", "lesson11.splits", "lesson11.large_logits", "lesson11.memory"}
 TRAFFIC, MERGE, EQ, SPLITS, LARGE, MEMORY = ("lesson11." + n for n in (

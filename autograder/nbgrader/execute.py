@@ -9,11 +9,10 @@ outputs.  Whatever the student's cells did to the kernel — redefined ``grade``
 or tracemalloc, silenced tracebacks — cannot reach the score.  Other cells run as usual.
 
 The student's kernel is hardened too (:func:`autograder.isolation.guard.install_kernel` runs first in
-every kernel): its address space is capped, so a memory bomb is a MemoryError, and it may not
-read the instructor's notebooks or write into the course.  A cell that kills the kernel
-(``os._exit``, a segfault, the OOM killer) or hangs without answering the interrupt does not
-cost the notebook: the kernel is restarted, the cells that had run are run again (the culprit
-skipped), the cell gets an error that says what happened, and grading carries on.  nbgrader
+every kernel) and, like every check, runs in the submission's OS sandbox (:mod:`autograder.isolation.sandbox`).
+A cell that kills the kernel (``os._exit``, a segfault, the OOM killer) or hangs without answering the
+interrupt does not cost the notebook: the kernel is restarted, the cells that had run are run again (the
+culprit skipped), the cell gets an error that says what happened, and grading carries on.  nbgrader
 0.9.6 as it comes scores such a notebook 0 in every cell.
 """
 from __future__ import annotations
@@ -22,30 +21,22 @@ import base64
 import contextlib
 import copy
 import dataclasses
-import glob
 import json
 import os
 import shutil
 import tempfile
-
 from jupyter_client.utils import ensure_async
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
-from nbgrader.api import MissingEntry
-from nbgrader.converters import Autograde
-from nbgrader.converters.base import NbGraderException
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.preprocessors import Execute
 from traitlets import Enum, Float, Integer, List, Unicode
 
 from ..isolation import run as isolation
 from ..isolation import sandbox as sandbox_module
-from . import submission
-from .gradebook import open_gradebook
 from ..checks import verdicts as verdicts_module
-from .cells import HIDDEN_BEGIN, HIDDEN_END, GradeCall, grade_id, hidden_lines, is_test_cell, parse_grade_cell
-from ..checks.core import (FAIL_MARK, PASS_MARK, SKIP_MARK, CheckResult, get_check, is_bonus, shorten,
-                           skipped_bonus, skipped_bonus_line)
+from .cells import GradeCall, is_test_cell, parse_grade_cell
+from ..checks.core import CheckResult, get_check, is_bonus, shorten, skipped_bonus, skipped_bonus_line
 from ..isolation.run import run_check
 
 
@@ -55,6 +46,7 @@ _autograder_export.dump({path!r}, {names!r}, globals())
 del _autograder_export
 """
 
+
 KERNEL_SETUP_CODE = """\
 import autograder.isolation.guard as _autograder_guard
 _autograder_guard.install_kernel(memory_gib={memory!r}, secret_dirs={secret!r}, write_protected={protected!r},
@@ -62,12 +54,15 @@ _autograder_guard.install_kernel(memory_gib={memory!r}, secret_dirs={secret!r}, 
 del _autograder_guard
 """
 
+
 #: Said (and refused) when a class is to be graded without the OS sandbox (instructor-facing).
 SANDBOX_MISSING = ("Проверка класса остановлена: без песочницы bubblewrap код студента (ctypes, свой модуль на C, "
                    "запуск процессов) может прочитать решения и скрытые тесты, изменить чужие оценки в gradebook "
                    "и оставить код в домашней папке проверяющего. Причина: {why}. {hint} Осознанно проверять "
                    "без песочницы (например, только свои работы): `course autograde --no-sandbox` или "
                    "`nbgrader autograde ... --IsolatedExecute.sandbox=off`.")
+
+
 SANDBOX_OFF = "autograder: ВНИМАНИЕ: проверка идёт без песочницы (--no-sandbox): код студентов не изолирован от курса"
 
 
@@ -83,19 +78,28 @@ def require_sandbox(mode: str) -> bool:
         raise SandboxMissing(SANDBOX_MISSING.format(why=why, hint=sandbox_module.INSTALL_HINT))
     return mode != "off" and ok
 
+
 #: The export file is written by the student's kernel: never read more than this.
 MAX_EXPORT_BYTES = 512 * 2**20
 
+
 #: Outputs a cell may leave in the graded notebook (and the grader's memory), bytes of text/data.
 MAX_CELL_OUTPUT_BYTES = 1024 * 1024
+
+
 #: MIME type of the note that replaces what was cut: data, not text, for the tools that count it.
 OUTPUT_CUT_MIME = "application/vnd.course-autograder.output-cut+json"
+
+
 OUTPUT_CUT = ("… вывод ячейки обрезан проверкой: больше {limit} КиБ. Большой вывод не нужен для оценки; "
               "печатайте меньше.")
+
 
 KERNEL_DIED = ("Ядро Python завершилось во время этой ячейки (os._exit, segfault или нехватка памяти). "
                "Проверка перезапустила ядро, заново выполнила предыдущие ячейки (без этой) "
                "и продолжила со следующей.")
+
+
 KERNEL_STUCK = ("Ячейка не завершилась за {timeout} с и не ответила на прерывание. Проверка перезапустила "
                 "ядро, заново выполнила предыдущие ячейки (без этой) и продолжила со следующей.")
 
@@ -132,81 +136,6 @@ def verdict_outputs(results: list[CheckResult], hidden: list[bool] | None = None
 def failure_output(message: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename="CheckFailed", evalue=message,
                         traceback=[FAILED_PREFIX + message])
-
-
-def feedback_outputs(verdicts: list[dict]) -> list[NotebookNode]:
-    """What a student's feedback shows for a test cell: visible checks in full, hidden ones only
-    as passed or not (no cases, seeds or shapes), each check once."""
-    lines, failure = [], None
-    shown = [v for v in verdicts if not v["hidden"]]
-    secret = [v for v in verdicts if v["hidden"]]
-    for v in shown:  # a failed one is told by the error below, once
-        if v["passed"]:
-            lines.append(f"{PASS_MARK} {v['title']}")
-        elif v.get("skipped"):
-            lines.append(f"{SKIP_MARK} {v['title']}: не выполнен (бонус, необязательно)")
-        elif failure is None:
-            failure = f"{v['title']}\n{v['message']}"
-    if secret:
-        failed_secret = [v for v in secret if not v["passed"] and not v.get("skipped")]
-        if failed_secret:
-            lines.append(f"{FAIL_MARK} Скрытые случаи (другие размеры и seed): не пройдены")
-            if failure is None:
-                failure = (f"{failed_secret[0]['title']}\nНе пройден скрытый случай; его параметры не "
-                           "показываются. Проверьте решение на других размерах, хвостах и крайних значениях.")
-        else:
-            lines.append(f"{PASS_MARK} Скрытые случаи (другие размеры и seed): пройдены")
-    outputs = [NotebookNode(output_type="display_data", data={"text/plain": "\n".join(lines)}, metadata={})]
-    if failure is not None:
-        outputs.append(failure_output(shorten(failure, 4000)))
-    return outputs
-
-
-class FeedbackVerdicts(NbGraderPreprocessor):
-    """``nbgrader generate_feedback``: hidden tests stay hidden.
-
-    nbgrader's own feedback shows the test cells as graded, hidden tests and their cases (seeds,
-    shapes) included.  Here each test cell's source loses its hidden block, its outputs are
-    rebuilt from the verdicts kept as data (:func:`feedback_outputs`), and no cell carries an
-    execution count (the graded run's counts mean nothing to the student).
-    """
-
-    def preprocess(self, nb, resources):
-        for cell in nb.cells:
-            if cell.cell_type != "code":
-                continue
-            cell.execution_count = None
-            for output in cell.get("outputs", []):
-                if "execution_count" in output:
-                    output["execution_count"] = None
-            if not is_test_cell(cell):
-                continue
-            cell.source = _without_hidden(cell.source)
-            verdicts = verdicts_module.of_cell(cell)
-            if verdicts:
-                cell.outputs = feedback_outputs(verdicts)
-            else:  # no verdicts (an old notebook, a restored cell): show no outputs that may leak
-                cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"] \
-                    if not hidden_lines(cell.source) else []
-        return nb, resources
-
-
-def _without_hidden(source: str) -> str:
-    hidden = hidden_lines(source)
-    kept = [line for number, line in enumerate(source.splitlines(), start=1)
-            if number not in hidden and line.strip() not in (HIDDEN_BEGIN, HIDDEN_END)]
-    return "\n".join(kept).rstrip()
-
-
-def feedback_preprocessors() -> list:
-    """nbgrader's feedback steps with :class:`FeedbackVerdicts` after GetGrades and the CSS that
-    wraps long lines (:mod:`autograder.nbgrader.feedback_style`) last."""
-    from nbgrader.converters import GenerateFeedback
-
-    from .feedback_style import WrapLongOutputLines
-
-    default = list(GenerateFeedback.class_traits()["preprocessors"].default())
-    return [default[0], FeedbackVerdicts, *default[1:], WrapLongOutputLines]
 
 
 def error_output(ename: str, message: str) -> NotebookNode:
@@ -471,167 +400,3 @@ def _read_export(path: str) -> dict:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
-
-
-class SanitizeStructure(NbGraderPreprocessor):
-    """First sanitising step: the submission's graded cells become exactly the gradebook's.
-
-    Deleted graded cells come back, copies and unknown ids stop being graded cells, known cells
-    get their metadata from the gradebook (:func:`autograder.nbgrader.submission.repair`).  What was
-    repaired is logged as warnings that start with ``autograder:``, and kept in
-    ``resources["autograder_anomalies"]``.  nbgrader 0.9.6 alone scores a deleted test cell as
-    "needs manual grading", leaves a notebook with a new or renamed grade cell ungraded, and stops
-    the whole class run on a copied one.
-    """
-
-    def preprocess(self, nb, resources):
-        info = resources["nbgrader"]
-        with open_gradebook(info["db_url"]) as gradebook:
-            cells = submission.source_cells(gradebook, info["notebook"], info["assignment"])
-        anomalies = submission.repair(nb, cells)
-        for anomaly in anomalies:
-            self.log.warning("autograder: %s/%s: %s", info["student"], info["assignment"], anomaly)
-        resources.setdefault("autograder_anomalies", []).extend(anomalies)
-        return nb, resources
-
-
-class CourseAutograde(Autograde):
-    """nbgrader's Autograde converter with two holes closed.
-
-    * A submission counts as done only when it is graded: one whose autograded notebook exists
-      but whose grades are missing in the gradebook or whose test cells carry no outputs (a run
-      killed between nbgrader writing the notebook and the grades) is graded again, not skipped.
-    * Student ids with glob characters (``[``, ``*``, ``?``) are found (nbgrader globs the
-      submission folder's own path and finds nothing).
-    """
-
-    def start(self) -> None:
-        """Refuse to grade without the sandbox unless told (IsolatedExecute.sandbox), before anything runs.
-        (A converter that runs no student code — course autograde's record of a notebook graded elsewhere,
-        parallel.ReplayAutograded — needs none.)"""
-        steps = self.config.Autograde.get("autograde_preprocessors") or autograde_preprocessors()
-        if not any(step is IsolatedExecute or step == f"{__name__}.IsolatedExecute" for step in steps):
-            return super().start()
-        mode = self.config.IsolatedExecute.get("sandbox", IsolatedExecute.class_traits()["sandbox"].default())
-        try:
-            require_sandbox(mode)
-        except SandboxMissing as error:
-            self.log.error("%s", error)
-            raise NbGraderException(str(error)) from None
-        if mode == "off":
-            self.log.warning(SANDBOX_OFF)
-        super().start()
-
-    def init_notebooks(self) -> None:
-        pattern = self._format_source(self.coursedir.assignment_id, self.coursedir.student_id)
-        literal = self._format_source(glob.escape(self.coursedir.assignment_id),
-                                      glob.escape(self.coursedir.student_id))
-        folders = set(glob.glob(pattern)) | set(glob.glob(literal))
-        self.assignments = {}
-        for folder in sorted(folders):
-            found = glob.glob(os.path.join(glob.escape(folder), self.coursedir.notebook_id + ".ipynb"))
-            if found:
-                self.assignments[folder] = found
-        if not self.assignments:
-            super().init_notebooks()  # nbgrader's own message and "did you mean"
-
-    def init_destination(self, assignment_id: str, student_id: str) -> bool:
-        if super().init_destination(assignment_id, student_id):
-            return True
-        dest = os.path.normpath(self._format_dest(assignment_id, student_id))
-        missing = incomplete_grading(self.coursedir.db_url, assignment_id, student_id,
-                                     [os.path.join(dest, os.path.basename(n)) for n in self.notebooks])
-        if not missing:
-            return False
-        self.log.warning("autograder: %s/%s was not graded to the end (%s): grading it again",
-                         student_id, assignment_id, missing)
-        for notebook in self.notebooks:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(dest, os.path.basename(notebook)))
-        return True
-
-
-def incomplete_grading(db_url: str, lesson: str, student: str, graded_notebooks: list[str]) -> str | None:
-    """Why a submission that has autograded notebooks is not completely graded (None: it is)."""
-    for path in graded_notebooks:
-        try:
-            nb = read_notebook(path)
-        except Exception:
-            return f"не читается {os.path.basename(path)}"
-        empty = [grade_id(c) for c in nb.cells if is_test_cell(c) and not c.get("outputs")]
-        if empty:
-            return f"нет вывода в ячейках {', '.join(empty[:3])}"
-    with open_gradebook(db_url) as gradebook:
-        try:
-            found = gradebook.find_submission(lesson, student)
-        except MissingEntry:
-            return "нет записи в gradebook"
-        for notebook in found.notebooks:
-            solutions = {c.name for c in notebook.notebook.solution_cells}
-            unscored = [g.name for g in notebook.grades
-                        if g.auto_score is None and g.cell.cell_type == "code" and g.name not in solutions]
-            if unscored:
-                return f"нет баллов за {', '.join(unscored[:3])}"
-    return None
-
-
-def read_notebook(path: str):
-    import nbformat
-
-    return nbformat.read(path, as_version=nbformat.NO_CONVERT)
-
-
-def use_course_autograde() -> None:
-    """Make ``nbgrader autograde`` in this course use :class:`CourseAutograde` (called from
-    nbgrader_config.py: nbgrader offers no setting for the converter class)."""
-    from nbgrader.apps import autogradeapp
-
-    autogradeapp.Autograde = CourseAutograde
-
-
-def sanitize_preprocessors() -> list:
-    """nbgrader's sanitising steps, :class:`SanitizeStructure` first after ClearOutput."""
-    default = list(Autograde.class_traits()["sanitize_preprocessors"].default())
-    return [default[0], SanitizeStructure, *default[1:]]
-
-
-def bonus_points(verdicts: list[dict]) -> float:
-    """Extra credit a test cell earned: each bonus check once, if every call of it passed."""
-    checks: dict[str, tuple[float, bool]] = {}
-    for v in verdicts:
-        if v.get("bonus"):
-            points, ok = checks.get(v["check_id"], (v["points"], True))
-            checks[v["check_id"]] = (points, ok and v["passed"] is True)
-    return float(sum(points for points, ok in checks.values() if ok))
-
-
-class SaveBonus(NbGraderPreprocessor):
-    """After SaveAutoGrades: a bonus test cell is worth 0 points in nbgrader (so it is not in the
-    maximum) and its passed bonus checks become the grade's extra credit."""
-
-    def preprocess(self, nb, resources):
-        info = resources["nbgrader"]
-        with open_gradebook(info["db_url"]) as gradebook:
-            for cell in nb.cells:
-                if not is_test_cell(cell):
-                    continue
-                verdicts = verdicts_module.of_cell(cell)
-                if not any(v.get("bonus") for v in verdicts):
-                    continue
-                grade = gradebook.find_grade(grade_id(cell), info["notebook"],
-                                             info["assignment"], info["student"])
-                grade.extra_credit = bonus_points(verdicts)
-            gradebook.db.commit()
-        return nb, resources
-
-
-def autograde_preprocessors() -> list:
-    """nbgrader's autograde pipeline with Execute replaced by IsolatedExecute and
-    :class:`SaveBonus` right after SaveAutoGrades."""
-    from nbgrader.converters import Autograde
-    from nbgrader.preprocessors import SaveAutoGrades
-
-    default = Autograde.class_traits()["autograde_preprocessors"].default()
-    steps = [IsolatedExecute if p is Execute else p for p in default]
-    at = steps.index(SaveAutoGrades) + 1
-    return [*steps[:at], SaveBonus, *steps[at:]]

@@ -1,0 +1,230 @@
+"""The fork server: CPU checks start as forks of a process that has imported numpy and the grader once.
+
+``python -I -m autograder.isolation.worker --serve`` (:func:`autograder.isolation.worker.serve`), started
+like a worker (same interpreter, flags and environment, its own session; in the submission's sandbox
+when there is one), never reads a request or runs student code: for each order it forks one child that
+becomes exactly the process a new worker would be.  This module is the grader's side: starting the
+server, ordering a fork, waiting for the child's end.  A server that dies is started again; a check it
+dropped is run again as a new worker (:mod:`autograder.isolation.run`).
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from . import sandbox as sandbox_module
+from .home import private_home
+
+
+class ServerGone(Exception):
+    """The fork server stopped answering (it died, or this process lost it)."""
+
+
+class NoFork(Exception):
+    """The fork server declined this check (it could not import the check, or threads run)."""
+
+
+SERVER_LOCK = threading.Lock()
+SERVER: dict = {}  # "server": the ForkServer of this process, if one was started
+
+
+def server_for(env: dict, box=None):
+    """This process's fork server for workers with environment ``env`` in sandbox ``box`` (started on
+    first use, again when either changed or the server died); None when none can be started."""
+    server = SERVER.get("server")
+    if server is not None and (server.owner != os.getpid() or server.env != env or server.sandbox != box
+                               or server.dead()):
+        if server.owner == os.getpid():
+            server.close()
+        server = None
+    if server is None:
+        try:
+            server = SERVER["server"] = ForkServer(env, box)
+        except OSError:
+            return None
+    return server
+
+
+@atexit.register
+def stop() -> None:
+    """At exit the server gets end-of-file and ends; waiting for it keeps its time in this
+    process's accounting (``RUSAGE_CHILDREN``) and leaves no zombie."""
+    server = SERVER.get("server")
+    if server is not None and server.owner == os.getpid():
+        with contextlib.suppress(OSError):
+            server.control.close()
+        try:
+            server.process.wait(timeout=2)
+        except Exception:  # noqa: BLE001 - a check still running: the server dies with us anyway
+            server.close()
+
+
+class ForkServer:
+    """``python -I -m autograder.isolation.worker --serve``, started like a worker (same interpreter, flags and
+    environment, own session), that forks one child per check (:func:`autograder.isolation.worker.serve`)."""
+
+    def __init__(self, env: dict, box=None):
+        self.env, self.owner, self.sandbox = dict(env), os.getpid(), box
+        # The server imports numpy and the grader with an empty home of its own (matplotlib, for one,
+        # reads its settings at import); each child then points the variables at its check's home.
+        self.home = tempfile.TemporaryDirectory(prefix="autograder-server-", ignore_cleanup_errors=True,
+                                                dir=box.scratch if box is not None else None)
+        server_env = {**env, **private_home(self.home.name)}
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            argv = [sys.executable, "-I", "-m", "autograder.isolation.worker", "--serve", str(theirs.fileno())]
+            if box is not None:  # the server and every check it forks live in the submission's sandbox
+                argv = sandbox_module.command(box, argv, env=server_env, cwd=box.scratch)
+            self.process = subprocess.Popen(
+                argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, cwd="/", env=server_env, start_new_session=True)
+
+    def dead(self) -> bool:
+        return self.process.poll() is not None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.control.close()
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        with contextlib.suppress(Exception):
+            self.process.wait(timeout=5)
+        self.home.cleanup()
+        if SERVER.get("server") is self:
+            del SERVER["server"]
+
+    def message(self, timeout: float | None) -> dict:
+        try:
+            self.control.settimeout(timeout)
+            data = self.control.recv(65536)
+        except socket.timeout:
+            raise
+        except OSError as error:
+            raise ServerGone(str(error)) from None
+        if not data:
+            raise ServerGone("the fork server closed the connection")
+        return json.loads(data)
+
+    def start(self, check_id: str, workdir: str, home: dict, out, err, lock) -> "ForkedWorker":
+        stdin, request_pipe = os.pipe()
+        order = {"check_id": check_id, "cwd": workdir, "env": home}
+        try:
+            try:
+                socket.send_fds(self.control, [json.dumps(order).encode()], [stdin, out.fileno(), err.fileno()])
+            except OSError as error:
+                raise ServerGone(str(error)) from None
+            finally:
+                os.close(stdin)
+            try:
+                reply = self.message(timeout=60)
+            except socket.timeout:
+                raise ServerGone("the fork server did not answer") from None
+        except BaseException:
+            os.close(request_pipe)
+            raise
+        if "pid" not in reply:
+            os.close(request_pipe)
+            raise NoFork(reply.get("error"))
+        return ForkedWorker(self, reply["pid"], request_pipe, lock)
+
+
+class ForkedWorker:
+    """A worker forked by the fork server, with what run_check uses of subprocess.Popen."""
+
+    def __init__(self, server: ForkServer, pid: int, request_pipe: int, lock):
+        self.server, self.pid, self.returncode = server, pid, None
+        self._pipe, self._lock = request_pipe, lock
+
+    def communicate(self, request: bytes, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pipe, self._pipe, view = self._pipe, None, memoryview(request)
+        try:
+            while view:  # BrokenPipeError: the worker died before it read the request
+                view = view[os.write(pipe, view):]
+        finally:
+            os.close(pipe)
+        self._wait(max(deadline - time.monotonic(), 0.001), timeout)
+
+    def wait(self) -> int:
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        try:
+            return self._wait(None, None)
+        except ServerGone:  # after a kill or a broken pipe: the child died with its server
+            self.returncode = -signal.SIGKILL
+            return self.returncode
+
+    def _wait(self, remaining: float | None, timeout: float | None) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        try:
+            reply = self.server.message(remaining)
+        except socket.timeout:
+            raise subprocess.TimeoutExpired("autograder.isolation.worker", timeout) from None
+        except ServerGone:
+            self._release()
+            self.server.close()
+            raise
+        self.returncode = int(reply["returncode"])
+        self._release()
+        return self.returncode
+
+    def kill(self) -> None:
+        """Kill what the check left running.  Outside a sandbox: the child's process group.  In one, the
+        server's pids are the sandbox's own, so the server has already killed every other process there
+        once the check ended; a check still running (a timeout) takes the whole sandbox with it."""
+        if self.server.sandbox is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        elif self.returncode is None:
+            self.server.close()
+            self.returncode = -signal.SIGKILL
+            self._release()
+
+    def finish(self) -> None:
+        """After run_check: a worker whose end the server never reported (an exception in the
+        grader) leaves the server out of step, so that server is not used again."""
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        if self.returncode is None:
+            self.server.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+def start_forked(check_id: str, env: dict, home: dict, workdir: str, out, err, box=None):
+    """The check's worker forked by this process's fork server (see :func:`server_for`), or None: another
+    thread holds the server, or no server could start or fork (the caller starts a plain worker then)."""
+    if not SERVER_LOCK.acquire(blocking=False):  # another thread's check: a plain worker
+        return None
+    try:
+        for _ in range(2):  # a server that died since the last check is started again, once
+            server = server_for(env, box)
+            if server is None:
+                break
+            try:
+                return server.start(check_id, workdir, home, out, err, SERVER_LOCK)
+            except ServerGone:
+                server.close()
+            except NoFork:
+                break
+    except BaseException:
+        SERVER_LOCK.release()
+        raise
+    SERVER_LOCK.release()
+    return None
