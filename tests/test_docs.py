@@ -168,3 +168,12 @@ def test_both_lessons_tables_list_the_lessons_alike():
     gpu = header.index("нужен GPU")
     assert {row[0].strip("`"): "да" in row[gpu] for row in cells} == \
         {lesson: course.is_gpu_lesson(lesson) for lesson in course.lessons()}
+
+
+def test_the_students_guide_links_every_gpu_lesson_to_colab():
+    """Does docs/student.md link exactly the GPU lessons to Colab, at the address the notebooks use?"""
+    from autograder.course import settings
+
+    text = (ROOT / "docs" / "student.md").read_text(encoding="utf-8")
+    links = re.findall(r"\((https://colab\.research\.google\.com/[^)\s]+)\)", text)
+    assert links == [settings.colab_url(lesson) for lesson in course.lessons() if course.is_gpu_lesson(lesson)]
