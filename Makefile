@@ -60,5 +60,12 @@ autograde: $(VENV)/.installed
 report: $(VENV)/.installed
 	$(BIN)/course report --out class_report.html
 
+## bench: the CPU benchmarks (no GPU needed), each printing its table: NumPy attention naive vs FlashAttention,
+##        lesson 10's FP8 error at n=4096. The GPU ones run by hand on a GPU machine (docs/developer.md).
+# fp8_error_cpu.py writes a JSON file: a temporary one, so that benchmarks/results/ keeps what was measured there.
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/flash_attention_cpu.py
+	$(BIN)/python benchmarks/fp8_error_cpu.py --sizes 4096 --seeds 0 1 --out "$${TMPDIR:-/tmp}/fp8_error_cpu.json"
+
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

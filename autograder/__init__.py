@@ -1,7 +1,9 @@
 """Module 07 workbook: lesson checks, their isolation, and the nbgrader pipeline.
 
-Test cells call :func:`grade`; everything else lives in submodules (``core``, ``isolation``,
-``reference``, ``mistakes``, ``memory``, one ``lessonNN_*`` module per lesson, ``cli``).
+Test cells call :func:`grade`; everything else lives in its room, a subpackage per layer: ``checks``
+(registry, results, mistakes, oracles), ``isolation`` (workers, guard, sandbox), ``gpu``, ``lessons``
+(one ``lessonNN`` package per lesson), ``nbgrader`` (the plugins) and ``course`` (the ``course`` command).
+docs/developer.md draws the house.
 """
 
 

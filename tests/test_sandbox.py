@@ -1,4 +1,4 @@
-"""Does the OS sandbox (autograder/sandbox.py) show a check only what it may see, and does grading refuse
+"""Does the OS sandbox (autograder/isolation/sandbox.py) show a check only what it may see, and does grading refuse
 to run without it where it must?  (The class-wide attacks: tests/test_sandbox_attacks.py.)"""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GPU lessons (06-09) at run time: is there a GPU, GPU checks, student kernels, device memory, timing.
+"""GPU lessons (06-09 and 11) at run time: is there a GPU, GPU checks, student kernels, device memory, timing.
 
 Compilation (no GPU needed) is :mod:`autograder.gpu.nvrtc`; compute-sanitizer is :mod:`autograder.gpu.sanitizer`.
 
