@@ -84,8 +84,7 @@ def arithmetic_intensity(flops, bytes_moved):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_arithmetic_intensity", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: arithmetic_intensity: FLOP на байт (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_arithmetic_intensity", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.arithmetic_intensity', arithmetic_intensity)
 ### BEGIN HIDDEN TESTS
@@ -103,8 +102,7 @@ def ridge_point(peak_flops, bandwidth):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_ridge_point", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: ridge_point: пик / пропускная способность (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_ridge_point", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.ridge_point', ridge_point)
 ### BEGIN HIDDEN TESTS
@@ -144,8 +142,7 @@ def attainable_flops(intensity, peak_flops, bandwidth):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_attainable_flops", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: attainable_flops: крыша min(P, I·B) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_attainable_flops", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.attainable_flops', attainable_flops)
 ### BEGIN HIDDEN TESTS
@@ -163,8 +160,7 @@ def roofline_time(flops, bytes_moved, peak_flops, bandwidth):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_roofline_time", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: roofline_time: max(FLOPs/P, байты/B) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_roofline_time", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.roofline_time', roofline_time)
 ### BEGIN HIDDEN TESTS
@@ -226,8 +222,7 @@ def bound_by(flops, bytes_moved, peak_flops, bandwidth):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_bound_by", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: bound_by: 'memory' или 'compute' (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_bound_by", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.bound_by', bound_by)
 ### BEGIN HIDDEN TESTS
@@ -237,8 +232,7 @@ grade('lesson01.bound_by', bound_by, cases=[{'flops': 8600000000.0, 'bytes_moved
 # %% [markdown]
 # Неверный вход во всех пяти функциях:
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_bad_input", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Неверный вход: ValueError с понятным сообщением (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_bad_input", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.bad_input', arithmetic_intensity, ridge_point, attainable_flops, roofline_time, bound_by)
 ### BEGIN HIDDEN TESTS
@@ -270,8 +264,7 @@ def rmsnorm_bytes_per_row(d, bytes_per_element=2):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_rmsnorm_bytes", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: RMSNorm: байты на строку, naive и fused (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_rmsnorm_bytes", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.rmsnorm_bytes', rmsnorm_bytes_per_row)
 ### BEGIN HIDDEN TESTS
@@ -304,8 +297,7 @@ def swiglu_bytes_per_token(I, bytes_per_element=2):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_swiglu_bytes", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: SwiGLU: байты на токен, naive и fused (GPU) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_swiglu_bytes", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.swiglu_bytes', swiglu_bytes_per_token)
 ### BEGIN HIDDEN TESTS
@@ -338,8 +330,7 @@ def attention_scores_bytes(n, heads=16, bytes_per_element=2):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_attention_scores_bytes", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Матрица S: байты на слой (все головы) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_attention_scores_bytes", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.attention_scores_bytes', attention_scores_bytes)
 ### BEGIN HIDDEN TESTS
@@ -394,8 +385,7 @@ def naive_attention_traffic(n, d, bytes_per_element=2):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_naive_attention_traffic", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Наивный attention: трафик на голову по проходам (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_naive_attention_traffic", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.naive_attention_traffic', naive_attention_traffic)
 ### BEGIN HIDDEN TESTS
@@ -439,8 +429,7 @@ def gemm_traffic(M, N, K, bytes_per_element=2):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_gemm_traffic", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GEMM: FLOPs и байты (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_gemm_traffic", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.gemm_traffic', gemm_traffic)
 ### BEGIN HIDDEN TESTS
@@ -540,8 +529,7 @@ if MY_GPU in SFU_EXP_PER_S:
           f"({t_exp / t_matmul:.0%})")
 ax.figure
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson01_roofline_plot", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: График roofline: координаты крыши и точек (3 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson01_roofline_plot", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson01.roofline_plot', plot_roofline)
 ### BEGIN HIDDEN TESTS

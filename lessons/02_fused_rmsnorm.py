@@ -178,72 +178,63 @@ print(fused_rms_norm(x_small, np.ones(4, dtype=np.float32)))
 # ### Проверки
 # Каждая ячейка ниже — отдельная проверка со своими баллами.
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson02_equivalence", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Эквивалентность с эталоном float64 (3 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_equivalence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson02.equivalence', fused_rms_norm)
 ### BEGIN HIDDEN TESTS
 grade('lesson02.equivalence', fused_rms_norm, cases=[{'T': 333, 'D': 1000, 'seed': 101}, {'T': 1, 'D': 4096, 'seed': 102}, {'T': 77, 'D': 5, 'seed': 103, 'eps': 0.001}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson02_zeros", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Нулевые строки дают нули без NaN (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_zeros", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson02.zeros', fused_rms_norm)
 ### BEGIN HIDDEN TESTS
 grade('lesson02.zeros', fused_rms_norm, cases=[{'T': 3, 'D': 17, 'seed': 104}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson02_large_values", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Одна компонента 1e3: без переполнения (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_large_values", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson02.large_values', fused_rms_norm)
 ### BEGIN HIDDEN TESTS
 grade('lesson02.large_values', fused_rms_norm, cases=[{'T': 5, 'D': 4096, 'seed': 105, 'big': 30000.0}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson02_unit_rms", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: При w = 1 RMS каждой строки равен 1 (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_unit_rms", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson02.unit_rms', fused_rms_norm)
 ### BEGIN HIDDEN TESTS
 grade('lesson02.unit_rms', fused_rms_norm, cases=[{'T': 9, 'D': 777, 'seed': 106}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson02_eps_placement", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: eps под корнем и берётся из аргумента (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_eps_placement", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson02.eps_placement', fused_rms_norm)
 ### BEGIN HIDDEN TESTS
 grade('lesson02.eps_placement', fused_rms_norm, cases=[{'T': 11, 'D': 64, 'seed': 107, 'scale': 0.05, 'eps': 0.1}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson02_mean_axis", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Среднее по D (последняя ось), а не по T (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_mean_axis", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson02.mean_axis', fused_rms_norm)
 ### BEGIN HIDDEN TESTS
 grade('lesson02.mean_axis', fused_rms_norm, cases=[{'T': 13, 'D': 13, 'seed': 108}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson02_not_mutated", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Входы x и w не изменяются (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_not_mutated", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson02.not_mutated', fused_rms_norm)
 ### BEGIN HIDDEN TESTS
 grade('lesson02.not_mutated', fused_rms_norm, cases=[{'T': 7, 'D': 300, 'seed': 109}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson02_dtype", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Выход float32 формы (T, D) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_dtype", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson02.dtype', fused_rms_norm)
 ### BEGIN HIDDEN TESTS
 grade('lesson02.dtype', fused_rms_norm, cases=[{'T': 2, 'D': 3, 'seed': 110}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson02_memory", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Пик памяти ≈ размер выхода: нет временных (T, D) (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson02.memory', fused_rms_norm)
 ### BEGIN HIDDEN TESTS
@@ -384,16 +375,14 @@ def fused_add_rms_norm(x, residual, w, eps=1e-6):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson02_add_equivalence", "locked": true, "points": 0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Бонус: fused_add_rms_norm совпадает с эталоном (+2 б. сверх максимума)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_add_equivalence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson02.add_equivalence', fused_add_rms_norm)
 ### BEGIN HIDDEN TESTS
 grade('lesson02.add_equivalence', fused_add_rms_norm, cases=[{'T': 31, 'D': 257, 'seed': 112}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson02_add_memory", "locked": true, "points": 0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Бонус: fused_add_rms_norm без лишних (T, D) буферов (+1 б. сверх максимума)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson02_add_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson02.add_memory', fused_add_rms_norm)
 ### BEGIN HIDDEN TESTS

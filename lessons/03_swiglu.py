@@ -67,8 +67,7 @@ def swiglu_traffic_per_token(I, bytes_per_element=2):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson03_traffic", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Байты на токен: naive, merged (CPU), fused (GPU) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson03_traffic", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson03.traffic', swiglu_traffic_per_token)
 ### BEGIN HIDDEN TESTS
@@ -174,40 +173,35 @@ with np.errstate(over="raise", invalid="raise"):
 # ### Проверки
 # Каждая ячейка ниже — отдельная проверка со своими баллами.
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson03_equivalence", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: fused_swiglu совпадает с эталоном float64 (3 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson03_equivalence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson03.equivalence', fused_swiglu)
 ### BEGIN HIDDEN TESTS
 grade('lesson03.equivalence', fused_swiglu, cases=[{'T': 77, 'D': 300, 'I': 500, 'seed': 101}, {'T': 1, 'D': 1024, 'I': 3072, 'seed': 102}, {'T': 33, 'D': 16, 'I': 1, 'seed': 103}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson03_large_inputs", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Большие |g|: silu без переполнения, без inf/NaN (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson03_large_inputs", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson03.large_inputs', fused_swiglu)
 ### BEGIN HIDDEN TESTS
 grade('lesson03.large_inputs', fused_swiglu, cases=[{'T': 40, 'D': 256, 'I': 300, 'seed': 104, 'scale': 3000.0}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson03_not_mutated", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Входы x и W_gate_up не изменяются (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson03_not_mutated", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson03.not_mutated', fused_swiglu)
 ### BEGIN HIDDEN TESTS
 grade('lesson03.not_mutated', fused_swiglu, cases=[{'T': 9, 'D': 100, 'I': 70, 'seed': 105}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson03_dtype", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Выход float32 формы (T, I) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson03_dtype", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson03.dtype', fused_swiglu)
 ### BEGIN HIDDEN TESTS
 grade('lesson03.dtype', fused_swiglu, cases=[{'T': 3, 'D': 7, 'I': 11, 'seed': 106}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson03_memory", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Пик памяти ≤ выход GEMM + результат: нет копий g и u (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson03_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson03.memory', fused_swiglu)
 ### BEGIN HIDDEN TESTS

@@ -203,53 +203,46 @@ print("o =", online_softmax_finalize(state))
 # ### Проверки
 # Каждая ячейка ниже — отдельная проверка со своими баллами.
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson04_init", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: online_softmax_init: пустое состояние (−inf, 0, 0) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson04_init", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson04.init', online_softmax_init)
 ### BEGIN HIDDEN TESTS
 grade('lesson04.init', online_softmax_init, cases=[{'d': 1}, {'d': 17}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson04_worked_example", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Разобранный пример: 8 скоров, блоки по 4, ответ 4.8055 (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson04_worked_example", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson04.worked_example', online_softmax_init, online_softmax_update, online_softmax_finalize)
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson04_update_step", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: online_softmax_update: один шаг из заданного состояния (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson04_update_step", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson04.update_step', online_softmax_update)
 ### BEGIN HIDDEN TESTS
 grade('lesson04.update_step', online_softmax_update, cases=[{'seed': 100, 'd': 7}, {'seed': 101, 'd': 1}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson04_block_sizes", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Любые размеры блоков: инвариант после каждого блока (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson04_block_sizes", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson04.block_sizes', online_softmax_init, online_softmax_update, online_softmax_finalize)
 ### BEGIN HIDDEN TESTS
 grade('lesson04.block_sizes', online_softmax_init, online_softmax_update, online_softmax_finalize, cases=[{'seed': 102, 'trials': 40}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson04_block_order", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Любой порядок блоков даёт тот же результат (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson04_block_order", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson04.block_order', online_softmax_init, online_softmax_update, online_softmax_finalize)
 ### BEGIN HIDDEN TESTS
 grade('lesson04.block_order', online_softmax_init, online_softmax_update, online_softmax_finalize, cases=[{'seed': 103, 'trials': 30}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson04_masked_blocks", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Полностью замаскированные блоки (−inf) до и после настоящих (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson04_masked_blocks", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson04.masked_blocks', online_softmax_init, online_softmax_update, online_softmax_finalize)
 ### BEGIN HIDDEN TESTS
 grade('lesson04.masked_blocks', online_softmax_init, online_softmax_update, online_softmax_finalize, cases=[{'seed': 104, 'd': 5}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson04_huge_logits", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Логиты порядка ±1e4: без переполнения и NaN (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson04_huge_logits", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson04.huge_logits', online_softmax_init, online_softmax_update, online_softmax_finalize)
 ### BEGIN HIDDEN TESTS
@@ -333,8 +326,7 @@ left = online_softmax_update(online_softmax_init(1), rows[0][:4], values[:4])
 right = online_softmax_update(online_softmax_init(1), rows[0][4:], values[4:])
 print("merge:", online_softmax_finalize(merge_states(left, right)), "— должно быть 4.80547")
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson04_merge", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: merge_states: два частичных состояния = одно общее (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson04_merge", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson04.merge', online_softmax_init, online_softmax_update, merge_states)
 ### BEGIN HIDDEN TESTS

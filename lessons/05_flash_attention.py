@@ -201,40 +201,35 @@ for causal in (False, True):
 # ### Проверки `flash_attention`
 # Каждая ячейка ниже — отдельная проверка со своими баллами.
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa1_equivalence", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: flash_attention: совпадает с эталоном float64 (3 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa1_equivalence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson05.fa1_equivalence', flash_attention)
 ### BEGIN HIDDEN TESTS
 grade('lesson05.fa1_equivalence', flash_attention, cases=[{'n': 257, 'd': 48, 'Br': 16, 'Bc': 64, 'causal': True, 'seed': 100}, {'n': 99, 'd': 16, 'Br': 13, 'Bc': 7, 'causal': True, 'seed': 101}, {'n': 5, 'd': 8, 'Br': 64, 'Bc': 64, 'causal': False, 'seed': 102}, {'n': 1, 'd': 4, 'Br': 3, 'Bc': 2, 'causal': True, 'seed': 103}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa1_memory", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: flash_attention: пик памяти в 10 раз ниже наивного (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa1_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson05.fa1_memory', flash_attention)
 ### BEGIN HIDDEN TESTS
 grade('lesson05.fa1_memory', flash_attention, cases=[{'n': 2048, 'd': 64, 'Br': 64, 'Bc': 64, 'seed': 104}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa1_causal_work", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: flash_attention: causal пропускает блоки над диагональю (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa1_causal_work", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson05.fa1_causal_work', flash_attention)
 ### BEGIN HIDDEN TESTS
 grade('lesson05.fa1_causal_work', flash_attention, cases=[{'n': 200, 'd': 16, 'Br': 16, 'Bc': 32, 'seed': 105}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa1_stability", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: flash_attention: большие логиты (Q·100, K = −100·Q) (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa1_stability", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson05.fa1_stability', flash_attention)
 ### BEGIN HIDDEN TESTS
 grade('lesson05.fa1_stability', flash_attention, cases=[{'n': 200, 'd': 32, 'Br': 24, 'Bc': 40, 'causal': True, 'seed': 106, 'inputs': 'Q*100'}, {'n': 150, 'd': 64, 'Br': 16, 'Bc': 16, 'causal': True, 'seed': 107, 'inputs': 'K=-100Q'}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa1_contract", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: flash_attention: входы не меняются, выход float32 (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa1_contract", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson05.fa1_contract', flash_attention)
 ### BEGIN HIDDEN TESTS
@@ -346,48 +341,42 @@ def flash_attention_v2(Q, K, V, Br=64, Bc=64, causal=False):
 # %% [markdown]
 # ### Проверки `flash_attention_v2`
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_equivalence", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: flash_attention_v2: совпадает с эталоном float64 (3 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_equivalence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson05.fa2_equivalence', flash_attention_v2)
 ### BEGIN HIDDEN TESTS
 grade('lesson05.fa2_equivalence', flash_attention_v2, cases=[{'n': 257, 'd': 48, 'Br': 16, 'Bc': 64, 'causal': True, 'seed': 110}, {'n': 99, 'd': 16, 'Br': 13, 'Bc': 7, 'causal': True, 'seed': 111}, {'n': 5, 'd': 8, 'Br': 64, 'Bc': 64, 'causal': False, 'seed': 112}, {'n': 1, 'd': 4, 'Br': 3, 'Bc': 2, 'causal': True, 'seed': 113}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_memory", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: flash_attention_v2: пик памяти в 10 раз ниже наивного (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson05.fa2_memory', flash_attention_v2)
 ### BEGIN HIDDEN TESTS
 grade('lesson05.fa2_memory', flash_attention_v2, cases=[{'n': 2048, 'd': 64, 'Br': 64, 'Bc': 64, 'seed': 114}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_causal_work", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: flash_attention_v2: causal пропускает блоки над диагональю (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_causal_work", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson05.fa2_causal_work', flash_attention_v2)
 ### BEGIN HIDDEN TESTS
 grade('lesson05.fa2_causal_work', flash_attention_v2, cases=[{'n': 200, 'd': 16, 'Br': 16, 'Bc': 32, 'seed': 115}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_stability", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: flash_attention_v2: большие логиты (Q·100, K = −100·Q) (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_stability", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson05.fa2_stability', flash_attention_v2)
 ### BEGIN HIDDEN TESTS
 grade('lesson05.fa2_stability', flash_attention_v2, cases=[{'n': 200, 'd': 32, 'Br': 24, 'Bc': 40, 'causal': True, 'seed': 116, 'inputs': 'Q*100'}, {'n': 150, 'd': 64, 'Br': 16, 'Bc': 16, 'causal': True, 'seed': 117, 'inputs': 'K=-100Q'}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_contract", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: flash_attention_v2: входы не меняются, выход float32 (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_contract", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson05.fa2_contract', flash_attention_v2)
 ### BEGIN HIDDEN TESTS
 grade('lesson05.fa2_contract', flash_attention_v2, cases=[{'n': 33, 'd': 8, 'Br': 8, 'Bc': 16, 'seed': 118}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_loop_order", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: flash_attention_v2: внешний цикл по блокам Q (FA-2) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson05_fa2_loop_order", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson05.fa2_loop_order', flash_attention_v2)
 ### BEGIN HIDDEN TESTS

@@ -13,7 +13,7 @@
 #
 # **Модуль 07 «Fused-операторы и FlashAttention»**, курс *LLM Inference Systems*.
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/COURSE-ORG/llm-inference-module07/blob/main/notebooks/06_cuda_basics/06_cuda_basics.ipynb)
+# {{COLAB_BADGE}}
 #
 # Нет своего GPU — откройте ноутбук в Colab по ссылке выше и выберите *Среда выполнения → Сменить среду выполнения → GPU*
 # (бесплатный GPU Colab — NVIDIA T4). Первая ячейка поставит пакет курса; CuPy в Colab уже есть.
@@ -32,15 +32,7 @@
 # контрольные байты: невыписанный элемент или запись за конец массива видны, даже если числа «случайно» совпали.
 
 # %%
-# Colab и чистые окружения: ставим пакет курса, если его нет (в собранном окружении курса ничего не делает).
-import importlib, importlib.util, subprocess, sys
-
-COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
-if importlib.util.find_spec("autograder") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", f"git+{COURSE_REPOSITORY}"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "cloudpickle", "cuda-bindings", "nvidia-cuda-nvrtc"],
-                   check=True)
-    importlib.invalidate_caches()
+# {{COURSE_INSTALL}}
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import numpy as np
@@ -225,8 +217,7 @@ void scale_add(float a, const float* __restrict__ x, const float* __restrict__ y
 }
 """
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Ядро scale_add компилируется (NVRTC, sm_75/80/90, без GPU) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add_compiles", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.scale_add_compiles', SCALE_ADD_SRC)
 
@@ -263,24 +254,21 @@ else:
 # - `compute-sanitizer --tool memcheck`: ни одного чтения или записи за пределами массивов (без него на машине проверка
 #   говорит об этом и даёт 0 баллов; в Colab он есть).
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: scale_add совпадает с эталоном, любое n ≥ 1 (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.scale_add', scale_add_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson06.scale_add', scale_add_gpu, cases=[{'n': 12345, 'seed': 101}, {'n': 255, 'seed': 102}, {'n': 257, 'seed': 103}, {'n': 3000001, 'seed': 104}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: scale_add не меняет входы и выделяет только выход (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.scale_add_memory', scale_add_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson06.scale_add_memory', scale_add_gpu, cases=[{'n': 100003, 'seed': 105}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add_bounds", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: scale_add не выходит за границы массивов (compute-sanitizer memcheck) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_scale_add_bounds", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.scale_add_bounds', scale_add_gpu)
 ### BEGIN HIDDEN TESTS
@@ -348,8 +336,7 @@ void row_sums(const float* __restrict__ x, float* __restrict__ out, int T, int D
 }
 """
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Ядро row_sums компилируется (NVRTC, sm_75/80/90, без GPU) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums_compiles", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.row_sums_compiles', ROW_SUMS_SRC)
 
@@ -380,24 +367,21 @@ else:
 # - вход не меняется, выделяется только выход;
 # - compute-sanitizer: memcheck (границы) и racecheck (гонки в разделяемой памяти).
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: row_sums совпадает с эталоном (D меньше и больше блока) (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.row_sums', row_sums_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson06.row_sums', row_sums_gpu, cases=[{'T': 9, 'D': 1, 'seed': 107}, {'T': 1, 'D': 257, 'seed': 108}, {'T': 100, 'D': 4099, 'seed': 109}, {'T': 2, 'D': 33, 'seed': 110}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: row_sums не меняет вход и выделяет только выход (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.row_sums_memory', row_sums_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson06.row_sums_memory', row_sums_gpu, cases=[{'T': 333, 'D': 777, 'seed': 111}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums_sanitizer", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: row_sums без выходов за границы и гонок (memcheck, racecheck) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_row_sums_sanitizer", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.row_sums_sanitizer', row_sums_gpu)
 ### BEGIN HIDDEN TESTS
@@ -461,8 +445,7 @@ void matmul_tiled(const float* __restrict__ A, const float* __restrict__ B, floa
 }
 """
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Ядро matmul_tiled компилируется (NVRTC, sm_75/80/90, без GPU) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul_compiles", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.matmul_compiles', MATMUL_SRC)
 
@@ -495,24 +478,21 @@ else:
 # - входы не меняются, выделяется только выход;
 # - compute-sanitizer: memcheck и racecheck.
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: matmul_tiled совпадает с A @ B (формы не кратны тайлу) (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.matmul', matmul_tiled_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson06.matmul', matmul_tiled_gpu, cases=[{'M': 100, 'K': 3, 'N': 50, 'seed': 113}, {'M': 128, 'K': 96, 'N': 256, 'seed': 114}, {'M': 17, 'K': 33, 'N': 1, 'seed': 115}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: matmul_tiled не меняет входы и выделяет только выход (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.matmul_memory', matmul_tiled_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson06.matmul_memory', matmul_tiled_gpu, cases=[{'M': 300, 'K': 50, 'N': 70, 'seed': 116}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul_sanitizer", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: matmul_tiled без выходов за границы и гонок (memcheck, racecheck) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson06_matmul_sanitizer", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson06.matmul_sanitizer', matmul_tiled_gpu)
 ### BEGIN HIDDEN TESTS

@@ -13,7 +13,7 @@
 #
 # **Модуль 07 «Fused-операторы и FlashAttention»**, курс *LLM Inference Systems*.
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/COURSE-ORG/llm-inference-module07/blob/main/notebooks/07_cupy_rmsnorm/07_cupy_rmsnorm.ipynb)
+# {{COLAB_BADGE}}
 #
 # Нет своего GPU — откройте ноутбук в Colab по ссылке выше и выберите *Среда выполнения → Сменить среду выполнения → GPU*. Первая ячейка поставит пакет курса; CuPy в Colab уже есть.
 #
@@ -31,15 +31,7 @@
 # тайм-аутом: ядро, которое обратилось за границу массива или зациклилось, стоит только своей ячейки.
 
 # %%
-# Colab и чистые окружения: ставим пакет курса, если его нет (в собранном окружении курса ничего не делает).
-import importlib, importlib.util, subprocess, sys
-
-COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
-if importlib.util.find_spec("autograder") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", f"git+{COURSE_REPOSITORY}"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "cloudpickle", "cuda-bindings", "nvidia-cuda-nvrtc"],
-                   check=True)
-    importlib.invalidate_caches()
+# {{COURSE_INSTALL}}
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
@@ -247,8 +239,7 @@ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* _
 # Проверка компиляции работает и без GPU: NVRTC компилирует ядро для sm_90 (H100/H200), показывает ошибки со строкой
 # и столбцом и сообщает, сколько регистров и разделяемой памяти нужно ядру.
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson07_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Ядро rms_norm компилируется (NVRTC, без GPU) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson07_compiles", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson07.compiles', RMSNORM_SRC)
 
@@ -307,48 +298,42 @@ else:
 #
 # Проверки памяти, гонок и скорости засчитываются только при верном результате на своём случае.
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson07_equivalence", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: совпадение с эталоном float64 (3 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson07_equivalence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson07.equivalence', fused_rms_norm_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson07.equivalence', fused_rms_norm_gpu, cases=[{'T': 1000, 'D': 4096, 'seed': 101}, {'T': 3, 'D': 1024, 'seed': 102, 'eps': 0.001}, {'T': 17, 'D': 256, 'seed': 103, 'scale': 0.05, 'eps': 0.1}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson07_tails", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: хвосты — D не кратно блоку и 4, невыровненные строки (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson07_tails", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson07.tails', fused_rms_norm_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson07.tails', fused_rms_norm_gpu, cases=[{'T': 3, 'D': 3, 'seed': 104}, {'T': 9, 'D': 33, 'seed': 105}, {'T': 2, 'D': 8190, 'seed': 106}, {'T': 1, 'D': 1, 'seed': 107}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson07_not_mutated", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: входы x и w не изменяются (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson07_not_mutated", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson07.not_mutated', fused_rms_norm_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson07.not_mutated', fused_rms_norm_gpu, cases=[{'T': 7, 'D': 512, 'seed': 108}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson07_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: на устройстве выделяется только выход (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson07_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson07.memory', fused_rms_norm_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson07.memory', fused_rms_norm_gpu, cases=[{'T': 2048, 'D': 4096, 'seed': 109}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson07_sanitizer", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: нет выходов за границы и гонок (compute-sanitizer memcheck, racecheck) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson07_sanitizer", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson07.sanitizer', fused_rms_norm_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson07.sanitizer', fused_rms_norm_gpu, cases=[{'T': 5, 'D': 4097, 'seed': 110}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson07_speed", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: не меньше чем в 2 раза быстрее наивной версии на CuPy (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson07_speed", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson07.speed', fused_rms_norm_gpu)
 ### BEGIN HIDDEN TESTS

@@ -13,7 +13,7 @@
 #
 # **Модуль 07 «Fused-операторы и FlashAttention»**, курс *LLM Inference Systems*.
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/COURSE-ORG/llm-inference-module07/blob/main/notebooks/08_cupy_flash_attention/08_cupy_flash_attention.ipynb)
+# {{COLAB_BADGE}}
 #
 # Нет своего GPU — откройте ноутбук в Colab по ссылке выше и выберите *Среда выполнения → Сменить среду выполнения → GPU*. Первая ячейка поставит пакет курса; CuPy в Colab уже есть.
 #
@@ -29,15 +29,7 @@
 # 0 баллов). Каждая проверка — отдельный процесс с тайм-аутом: упавшее или зависшее ядро стоит только своей ячейки.
 
 # %%
-# Colab и чистые окружения: ставим пакет курса, если его нет (в собранном окружении курса ничего не делает).
-import importlib, importlib.util, subprocess, sys
-
-COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
-if importlib.util.find_spec("autograder") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", f"git+{COURSE_REPOSITORY}"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "cloudpickle", "cuda-bindings", "nvidia-cuda-nvrtc"],
-                   check=True)
-    importlib.invalidate_caches()
+# {{COURSE_INSTALL}}
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
@@ -286,8 +278,7 @@ void flash_attention_d128(const float* Q, const float* K, const float* V, float*
 }
 """
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson08_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Ядра flash_attention_d64/d128 компилируются (NVRTC, без GPU) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson08_compiles", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson08.compiles', FLASH_SRC)
 
@@ -348,56 +339,49 @@ else:
 #
 # Проверки памяти, пропуска тайлов и гонок засчитываются только при верном результате на своём случае.
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson08_equivalence", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: совпадение с эталоном float64 (без маски) (3 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson08_equivalence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson08.equivalence', flash_attention_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson08.equivalence', flash_attention_gpu, cases=[{'H': 3, 'n': 512, 'd': 128, 'seed': 101}, {'H': 1, 'n': 1024, 'd': 64, 'seed': 102}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson08_tails", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: n не кратно размеру тайла (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson08_tails", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson08.tails', flash_attention_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson08.tails', flash_attention_gpu, cases=[{'H': 2, 'n': 33, 'd': 128, 'seed': 103}, {'H': 1, 'n': 500, 'd': 64, 'seed': 104, 'causal': True}, {'H': 1, 'n': 2, 'd': 64, 'seed': 105, 'causal': True}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson08_causal", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: causal-маска совпадает с эталоном (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson08_causal", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson08.causal', flash_attention_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson08.causal', flash_attention_gpu, cases=[{'H': 2, 'n': 512, 'd': 128, 'seed': 106}, {'H': 1, 'n': 128, 'd': 64, 'seed': 107}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson08_large_logits", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: Q *= 100 — конечный результат, совпадает (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson08_large_logits", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson08.large_logits', flash_attention_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson08.large_logits', flash_attention_gpu, cases=[{'H': 1, 'n': 384, 'd': 64, 'seed': 108, 'q_scale': 100.0, 'causal': True}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson08_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: нет выделений размера (n, n) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson08_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson08.memory', flash_attention_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson08.memory', flash_attention_gpu, cases=[{'H': 1, 'n': 4096, 'd': 128, 'seed': 109}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson08_causal_skip", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: causal пропускает тайлы над диагональю (счётчик) (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson08_causal_skip", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson08.causal_skip', flash_attention_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson08.causal_skip', flash_attention_gpu, cases=[{'H': 1, 'n': 2048, 'd': 128, 'seed': 110}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson08_sanitizer", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: нет выходов за границы и гонок (compute-sanitizer memcheck, racecheck) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson08_sanitizer", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson08.sanitizer', flash_attention_gpu)
 ### BEGIN HIDDEN TESTS

@@ -13,7 +13,7 @@
 #
 # **Модуль 07 «Fused-операторы и FlashAttention»**, курс *LLM Inference Systems*.
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/COURSE-ORG/llm-inference-module07/blob/main/notebooks/09_tensor_cores/09_tensor_cores.ipynb)
+# {{COLAB_BADGE}}
 #
 # Нет своего GPU — откройте ноутбук в Colab по ссылке выше и выберите *Среда выполнения → Сменить среду выполнения → GPU*. Первая ячейка поставит пакет курса; CuPy в Colab уже есть.
 #
@@ -34,15 +34,7 @@
 # требуют GPU (без него — «нужен GPU», 0 баллов). Входы — float16, поэтому всё работает и на T4 в Colab (sm_75).
 
 # %%
-# Colab и чистые окружения: ставим пакет курса, если его нет (в собранном окружении курса ничего не делает).
-import importlib, importlib.util, subprocess, sys
-
-COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
-if importlib.util.find_spec("autograder") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", f"git+{COURSE_REPOSITORY}"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "cloudpickle", "cuda-bindings", "nvidia-cuda-nvrtc"],
-                   check=True)
-    importlib.invalidate_caches()
+# {{COURSE_INSTALL}}
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
@@ -286,8 +278,7 @@ extern "C" __global__ void mma_matmul(const f16* A, const f16* B, float* C, int 
 }
 """
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson09_mma_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Ядро mma_matmul компилируется (NVRTC, sm_75/80/90, без GPU) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_mma_compiles", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson09.mma_compiles', MMA_SRC)
 
@@ -314,8 +305,7 @@ def mma_matmul_gpu(A, B):
 # fp32, ошибка — только от сложений в fp32 (не больше $K \cdot 2^{-24}$ от суммы модулей), с запасом в 2 раза.
 # Накопление в f16 (`…f16.f16.f16.f16`) ошибается в $2^{-11}$ на каждом шаге — проверка его узнает и назовёт.
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson09_mma_matmul", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: mma_matmul_gpu = A·B (fp32-накопление, любые M, N, K) (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_mma_matmul", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson09.mma_matmul', mma_matmul_gpu)
 ### BEGIN HIDDEN TESTS
@@ -824,8 +814,7 @@ flash_attention_tc_d128(const f16* Q, const f16* K, const f16* V, f16* O, int n,
 }
 """
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson09_flash_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Ядра flash_attention_tc_d64/d128 компилируются (NVRTC, sm_75/80/90, без GPU) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_flash_compiles", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson09.flash_compiles', FLASH_TC_SRC)
 
@@ -891,48 +880,42 @@ else:
 #
 # Проверки памяти, пропуска тайлов и гонок засчитываются только при верном результате на своём случае.
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson09_equivalence", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: совпадение с эталоном float64 (без маски) (3 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_equivalence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson09.equivalence', flash_attention_tc_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson09.equivalence', flash_attention_tc_gpu, cases=[{'H': 3, 'n': 512, 'd': 128, 'seed': 101}, {'H': 1, 'n': 1024, 'd': 64, 'seed': 102}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson09_tails", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: n не кратно размеру тайла (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_tails", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson09.tails', flash_attention_tc_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson09.tails', flash_attention_tc_gpu, cases=[{'H': 2, 'n': 33, 'd': 128, 'seed': 103}, {'H': 1, 'n': 500, 'd': 64, 'seed': 104, 'causal': True}, {'H': 1, 'n': 2, 'd': 64, 'seed': 105, 'causal': True}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson09_causal", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: causal-маска совпадает с эталоном (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_causal", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson09.causal', flash_attention_tc_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson09.causal', flash_attention_tc_gpu, cases=[{'H': 2, 'n': 512, 'd': 128, 'seed': 106}, {'H': 1, 'n': 128, 'd': 64, 'seed': 107}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson09_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: нет выделений размера (n, n) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson09.memory', flash_attention_tc_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson09.memory', flash_attention_tc_gpu, cases=[{'H': 1, 'n': 4096, 'd': 128, 'seed': 109}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson09_causal_skip", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: causal пропускает тайлы над диагональю (счётчик) (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_causal_skip", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson09.causal_skip', flash_attention_tc_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson09.causal_skip', flash_attention_tc_gpu, cases=[{'H': 1, 'n': 2048, 'd': 128, 'seed': 110}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson09_sanitizer", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: нет выходов за границы и гонок (compute-sanitizer memcheck, racecheck) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson09_sanitizer", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson09.sanitizer', flash_attention_tc_gpu)
 ### BEGIN HIDDEN TESTS

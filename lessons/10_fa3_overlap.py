@@ -104,8 +104,7 @@ def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_makespan_sequential", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Makespan последовательного цикла (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_makespan_sequential", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.makespan_sequential', makespan_sequential)
 ### BEGIN HIDDEN TESTS
@@ -155,24 +154,21 @@ def is_copy_bound(t_load, t_gemm, t_softmax):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_makespan_pipelined", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Makespan конвейера с кольцом из S ≥ 2 ячеек (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_makespan_pipelined", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.makespan_pipelined', makespan_pipelined)
 ### BEGIN HIDDEN TESTS
 grade('lesson10.makespan_pipelined', makespan_pipelined, cases=[{'seed': 101, 'count': 60}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_single_stage", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Кольцо из одной ячейки ничего не перекрывает (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_single_stage", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.single_stage', makespan_pipelined)
 ### BEGIN HIDDEN TESTS
 grade('lesson10.single_stage', makespan_pipelined, cases=[{'seed': 102, 'count': 20}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_copy_bound", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Когда цикл упирается в копирование (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_copy_bound", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.copy_bound', is_copy_bound)
 ### BEGIN HIDDEN TESTS
@@ -285,16 +281,14 @@ def pingpong_utilisation(t_gemm, t_softmax, warpgroups):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_tensor_utilisation", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Загрузка тензорных ядер по записанным событиям (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_tensor_utilisation", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.tensor_utilisation', tensor_utilisation)
 ### BEGIN HIDDEN TESTS
 grade('lesson10.tensor_utilisation', tensor_utilisation, cases=[{'schedule': 'pingpong', 'n_tiles': 5, 't_load': 0.5, 't_gemm': 1.5, 't_softmax': 2.0, 'stages': 8, 'warpgroups': 3}, {'schedule': 'sequential', 'n_tiles': 1, 't_load': 1.0, 't_gemm': 1.0, 't_softmax': 0.5, 'stages': 2, 'shift': 3.0}, {'schedule': 'overlap', 'n_tiles': 9, 't_load': 0.25, 't_gemm': 2.0, 't_softmax': 1.0, 'stages': 2}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_pingpong_utilisation", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Ping-pong: загрузка тензорных ядер до и после (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_pingpong_utilisation", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.pingpong_utilisation', pingpong_utilisation)
 ### BEGIN HIDDEN TESTS
@@ -346,16 +340,14 @@ def overlap_program(n_tiles):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_overlap_program_valid", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Программа с перекрытием допустима (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_overlap_program_valid", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.overlap_program_valid', overlap_program)
 ### BEGIN HIDDEN TESTS
 grade('lesson10.overlap_program_valid', overlap_program, cases=[{'n_tiles': 3}, {'n_tiles': 17}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_overlap_program_makespan", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Перекрытие softmax и GEMM внутри варп-группы сокращает makespan (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_overlap_program_makespan", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.overlap_program_makespan', overlap_program)
 ### BEGIN HIDDEN TESTS
@@ -422,16 +414,14 @@ def run_program(Q, K, V, program, Bc=64):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_program_math", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Конвейер не меняет математику: O совпадает с эталоном (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_program_math", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.program_math', run_program)
 ### BEGIN HIDDEN TESTS
 grade('lesson10.program_math', run_program, cases=[{'program': 'overlap', 'n_q': 33, 'n_k': 300, 'd': 24, 'Bc': 64, 'seed': 105}, {'program': 'sequential', 'n_q': 8, 'n_k': 64, 'd': 16, 'Bc': 64, 'seed': 106}, {'program': 'overlap', 'n_q': 16, 'n_k': 256, 'd': 32, 'Bc': 32, 'seed': 107, 'scale': 30.0}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_program_math_any_order", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Любой допустимый порядок операций и любой набор тайлов дают тот же O (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_program_math_any_order", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.program_math_any_order', run_program)
 ### BEGIN HIDDEN TESTS
@@ -562,16 +552,14 @@ def quantize_per_block(x, block):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_quantize_per_block", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: FP8 e4m3: свой масштаб для каждого блока строк (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_quantize_per_block", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.quantize_per_block', quantize_per_block)
 ### BEGIN HIDDEN TESTS
 grade('lesson10.quantize_per_block', quantize_per_block, cases=[{'n': 333, 'd': 48, 'block': 128, 'seed': 111}, {'n': 64, 'd': 16, 'block': 16, 'seed': 112, 'zero_block': 3, 'low': 0.0001, 'high': 10000.0}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_block_beats_tensor", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: На выбросах поблочный масштаб точнее одного на тензор (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_block_beats_tensor", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.block_beats_tensor', quantize_per_block)
 ### BEGIN HIDDEN TESTS
@@ -626,16 +614,14 @@ def incoherent_qk(Q, K, seed):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_hadamard", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Случайная матрица Адамара ортогональна (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_hadamard", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.hadamard', random_hadamard)
 ### BEGIN HIDDEN TESTS
 grade('lesson10.hadamard', random_hadamard, cases=[{'d': 2, 'seed': 114}, {'d': 64, 'seed': 115}, {'d': 256, 'seed': 116}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson10_qk_unchanged", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Поворот H не меняет Q Kᵀ и размазывает выбросы (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson10_qk_unchanged", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson10.qk_unchanged', incoherent_qk)
 ### BEGIN HIDDEN TESTS

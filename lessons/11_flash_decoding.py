@@ -13,7 +13,7 @@
 #
 # **Модуль 07 «Fused-операторы и FlashAttention»**, курс *LLM Inference Systems*.
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/COURSE-ORG/llm-inference-module07/blob/main/notebooks/11_flash_decoding/11_flash_decoding.ipynb)
+# {{COLAB_BADGE}}
 #
 # Часть 1–4 — NumPy, GPU не нужен. Часть 5 — ядро CUDA: без GPU оно компилируется (NVRTC), а проверки запуска
 # честно пишут «нужен GPU» (0 баллов); запустить их можно в Colab по ссылке выше (*Среда выполнения → Сменить среду
@@ -34,15 +34,7 @@
 # (раздел 4).
 
 # %%
-# Colab и чистые окружения: ставим пакет курса, если его нет (в собранном окружении курса ничего не делает).
-import importlib, importlib.util, subprocess, sys
-
-COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
-if importlib.util.find_spec("autograder") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", f"git+{COURSE_REPOSITORY}"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "cloudpickle", "cuda-bindings", "nvidia-cuda-nvrtc"],
-                   check=True)
-    importlib.invalidate_caches()
+# {{COURSE_INSTALL}}
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import json
@@ -80,8 +72,7 @@ def decode_traffic(L, Hq, Hkv, d, bytes_per_element):
     return kv_bytes, flops
     ### END SOLUTION
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson11_traffic", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: decode_traffic: байты KV и FLOP одного токена декода (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_traffic", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.traffic', decode_traffic)
 ### BEGIN HIDDEN TESTS
@@ -152,8 +143,7 @@ def merge_partials(o_parts, lse_parts):
     return o.astype(np.float32), lse.astype(np.float32)
     ### END SOLUTION
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson11_merge", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: merge_partials: слияние частей по lse, пустые части, огромные lse (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_merge", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.merge', merge_partials)
 ### BEGIN HIDDEN TESTS
@@ -306,32 +296,28 @@ for b in range(2):
 # и страницах; `num_splits` = 1, 3 и больше числа страниц (пустые группы); большие логиты. Проверка памяти измеряет пик
 # `tracemalloc` при длине 5000: он должен быть намного меньше K и V одной головы.
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson11_equivalence", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: paged_decode совпадает с эталоном float64 (num_splits = 1) (3 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_equivalence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.equivalence', paged_decode)
 ### BEGIN HIDDEN TESTS
 grade('lesson11.equivalence', paged_decode, cases=[{'B': 8, 'Hq': 8, 'Hkv': 4, 'd': 16, 'page_size': 16, 'lengths': [1, 16, 17, 32, 33, 5, 48, 100], 'seed': 110, 'shared': True}, {'B': 2, 'Hq': 16, 'Hkv': 2, 'd': 8, 'page_size': 7, 'lengths': [14, 15], 'seed': 111}, {'B': 3, 'Hq': 3, 'Hkv': 3, 'd': 4, 'page_size': 1, 'lengths': [1, 2, 6], 'seed': 112, 'shared': True}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson11_splits", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: num_splits: группы страниц, пустые группы, результат не зависит от разбиения (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_splits", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.splits', paged_decode)
 ### BEGIN HIDDEN TESTS
 grade('lesson11.splits', paged_decode, cases=[{'B': 4, 'Hq': 8, 'Hkv': 1, 'd': 16, 'page_size': 5, 'lengths': [50, 1, 26, 25], 'seed': 120, 'shared': True, 'num_splits': [1, 4, 11, 30]}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson11_large_logits", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Большие логиты: q·100 и ключи «от запроса» (логиты ≈ −100·√d) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_large_logits", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.large_logits', paged_decode)
 ### BEGIN HIDDEN TESTS
 grade('lesson11.large_logits', paged_decode, cases=[{'B': 3, 'Hq': 8, 'Hkv': 4, 'd': 16, 'page_size': 16, 'lengths': [33, 1, 70], 'seed': 130, 'q_scale': 100.0, 'num_splits': [2, 7]}, {'B': 2, 'Hq': 2, 'Hkv': 2, 'd': 128, 'page_size': 5, 'lengths': [21, 9], 'seed': 131, 'keys_away': True, 'num_splits': [1, 4]}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson11_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Память: страница за страницей, без копии K/V последовательности (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.memory', paged_decode)
 ### BEGIN HIDDEN TESTS
@@ -824,8 +810,7 @@ extern "C" __global__ void paged_decode_combine(const float* o_part, const float
 }
 """
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_compiles", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: Ядра paged_decode_split/combine компилируются (NVRTC, без GPU) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_compiles", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.gpu_compiles', DECODE_SRC)
 
@@ -879,29 +864,25 @@ def paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None)
 # устройстве и скорость: байты KV, которые требуют длины, делённые на время, — не меньше 50 % от копирования
 # память→память на этом же GPU (B = 1 при L = 32768 и B = 8 при L = 8192, головы Qwen3-0.6B).
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_equivalence", "locked": true, "points": 3.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: совпадение с эталоном float64 (GQA, страницы 1/5/16, NaN в устаревших слотах, большие логиты) (3 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_equivalence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.gpu_equivalence', paged_decode_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson11.gpu_equivalence', paged_decode_gpu, cases=[{'B': 8, 'Hq': 16, 'Hkv': 8, 'd': 128, 'page_size': 16, 'lengths': [1, 16, 17, 300, 33, 5, 48, 1000], 'seed': 150, 'shared': True}, {'B': 2, 'Hq': 8, 'Hkv': 1, 'd': 64, 'page_size': 7, 'lengths': [14, 15], 'seed': 151}, {'B': 2, 'Hq': 3, 'Hkv': 1, 'd': 128, 'page_size': 16, 'lengths': [40, 9], 'seed': 152, 'keys_away': True}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_splits", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: результат не зависит от num_splits (1, 3, больше числа страниц) (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_splits", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.gpu_splits', paged_decode_gpu)
 ### BEGIN HIDDEN TESTS
 grade('lesson11.gpu_splits', paged_decode_gpu, cases=[{'B': 3, 'Hq': 4, 'Hkv': 4, 'd': 64, 'page_size': 5, 'lengths': [200, 1, 51], 'seed': 160, 'shared': True, 'num_splits': [None, 2, 7, 64]}])
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_memory", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: нет непрерывной копии KV-кэша на устройстве (1 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.gpu_memory', paged_decode_gpu)
 
-# %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_speed", "locked": true, "points": 2.0, "schema_version": 3, "solution": false, "task": false}
-# Проверка: GPU: скорость — не меньше 50 % от пропускной способности копирования (2 б.)
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_speed", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.gpu_speed', paged_decode_gpu)
 

@@ -109,7 +109,9 @@ def test_notebooks_open_in_colab_and_install_from_the_course_repository(lesson):
     for path in (course.source_notebook(lesson), course.student_notebook(lesson)):
         cells = nbformat.read(path, as_version=4).cells
         assert settings.colab_url(lesson) in cells[0].source
+        assert settings.colab_badge(lesson) in cells[0].source.split("\n")
         install = cells[1].source
+        assert install == settings.install_cell()
         assert f'COURSE_REPOSITORY = "{settings.COURSE_REPOSITORY}"' in install
         assert re.search(r'find_spec\("autograder"\) is None', install)
 

@@ -120,3 +120,76 @@ def test_no_text_source_reaches_the_student_release(small_course):
     shutil.copy(course.text_source(SMALL), small_course / course.RELEASE / SMALL / f"{SMALL}.py")
     assert release.stale_release(small_course) == [
         f"{SMALL}: notebooks/{SMALL}/{SMALL}.py не собирается `make release` (лишний файл)"]
+
+
+# --- facts written once: points and titles from the registry, Colab badge and install cell from settings.py ---
+
+def test_no_text_source_repeats_a_fact_the_build_writes():
+    """lessons/*.py hold no test cell's points or «# Проверка: ...» line (the check registry's) and no course
+    address (settings.py's); exactly the GPU lessons hold the badge and install placeholders."""
+    from autograder.course import settings
+
+    marked = []
+    for lesson in LESSONS:
+        text = course.text_source(lesson).read_text(encoding="utf-8")
+        assert settings.COURSE_REPOSITORY not in text and "colab.research.google.com" not in text, lesson
+        assert settings.COURSE_REPOSITORY.removeprefix("https://github.com/") not in text, lesson
+        if settings.COLAB_BADGE_MARK in text:
+            assert f"\n{settings.INSTALL_CELL_MARK}\n" in text, lesson
+            marked.append(lesson)
+        for cell in jupytext_cells(text):
+            if authoring.is_test_cell(cell):
+                assert "points" not in cell.metadata["nbgrader"], (lesson, cell.metadata["nbgrader"]["grade_id"])
+                assert not cell.source.startswith(authoring.HEADING), (lesson, cell.metadata["nbgrader"]["grade_id"])
+    assert marked == [lesson for lesson in LESSONS if course.is_gpu_lesson(lesson)]
+
+
+def jupytext_cells(text):
+    import jupytext
+
+    return jupytext.reads(text, fmt=authoring.TEXT_FORMAT).cells
+
+
+TEST_CELL = '# %% nbgrader={{"grade": true, "grade_id": "{id}", "locked": true, "schema_version": 3, ' \
+            '"solution": false, "task": false}}\nfrom autograder import grade\n{calls}\n'
+
+
+def test_a_test_cells_points_and_first_line_come_from_the_registry():
+    """Points and title of the check (a bonus: 0 in nbgrader, «+N б. сверх максимума»); the visible and the hidden
+    call of one check count once; the text form drops both again."""
+    from autograder.checks.core import get_check
+
+    regular, bonus = get_check("lesson02.memory"), get_check("lesson02.add_memory")
+    assert not regular.bonus and bonus.bonus
+    text = (TEST_CELL.format(id="test_memory", calls="grade('lesson02.memory', f)\n### BEGIN HIDDEN TESTS\n"
+                             "grade('lesson02.memory', f, cases=[{'T': 3}])\n### END HIDDEN TESTS")
+            + "\n" + TEST_CELL.format(id="test_bonus", calls="grade('lesson02.add_memory', f)"))
+    nb = authoring.notebook_from_text(text)
+    first, second = nb.cells
+    assert first.metadata.nbgrader.points == regular.points
+    assert first.source.split("\n")[0] == f"# Проверка: {regular.title} ({int(regular.points)} б.)"
+    assert second.metadata.nbgrader.points == 0
+    assert second.source.split("\n")[0] == f"# Проверка: {bonus.title} (+{int(bonus.points)} б. сверх максимума)"
+    assert authoring.text_from_notebook(nb) == text
+
+
+def test_a_text_source_that_still_carries_points_or_two_checks_in_a_cell_is_an_error():
+    old = TEST_CELL.format(id="t", calls="grade('lesson02.memory', f)").replace('"locked": true,',
+                                                                              '"locked": true, "points": 2,')
+    with pytest.raises(ValueError, match=r"lessons/99_x\.py: ячейка 0: .*пишет сборка"):
+        authoring.notebook_from_text(old, name="lessons/99_x.py")
+    two = TEST_CELL.format(id="t", calls="grade('lesson02.memory', f)\ngrade('lesson02.equivalence', f)")
+    with pytest.raises(ValueError, match="несколько проверок"):
+        authoring.notebook_from_text(two, name="lessons/99_x.py")
+
+
+def test_the_colab_badge_and_install_cell_come_from_settings():
+    from autograder.course import settings
+
+    text = "# %% [markdown]\n# # Урок\n#\n# {{COLAB_BADGE}}\n\n# %%\n# {{COURSE_INSTALL}}\n"
+    nb = authoring.notebook_from_text(text, name="lessons/06_cuda_basics.py")
+    assert nb.cells[0].source == f"# Урок\n\n{settings.colab_badge('06_cuda_basics')}"
+    assert settings.colab_url("06_cuda_basics") in nb.cells[0].source
+    assert nb.cells[1].source == settings.install_cell()
+    assert f'COURSE_REPOSITORY = "{settings.COURSE_REPOSITORY}"' in nb.cells[1].source
+    assert authoring.text_from_notebook(nb) == text

@@ -54,12 +54,21 @@ def repository_path(url: str) -> str:
 
 
 def rewrite_repository(text: str, new: str, old: str = settings.COURSE_REPOSITORY) -> str:
-    """``text`` with the course repository ``old`` replaced by ``new``: plain GitHub addresses
-    (the install cell, the package's constant) and Colab's ``/github/OWNER/NAME/`` links."""
-    old_path, new_path = repository_path(old), repository_path(new)
-    text = text.replace(f"https://github.com/{old_path}", f"https://github.com/{new_path}")
-    return text.replace(f"colab.research.google.com/github/{old_path}/",
-                        f"colab.research.google.com/github/{new_path}/")
+    """``text`` (a student notebook's file) with what settings.py writes there for the repository ``old`` written
+    for ``new``: the Colab badge's address (``settings.colab_url``) and the install cell's lines
+    (``settings.install_cell``).  Nothing else is rewritten: the notebooks hold the address only where the
+    build put it from settings.py."""
+    for before, after in zip(settings.install_cell(old).split("\n"), settings.install_cell(new).split("\n")):
+        if before != after:
+            text = text.replace(_json_text(before), _json_text(after))
+    url = re.escape(_json_text(settings.colab_url("LESSON", repository=old)))
+    pattern = url.replace("LESSON", r"(?P<lesson>[\w.-]+)", 1).replace("LESSON", "(?P=lesson)")
+    return re.sub(pattern, lambda m: _json_text(settings.colab_url(m["lesson"], repository=new)), text)
+
+
+def _json_text(line: str) -> str:
+    """``line`` as it stands inside a string of a notebook's JSON (nbformat writes non-ASCII as it is)."""
+    return json.dumps(line, ensure_ascii=False)[1:-1]
 
 
 def publish(out: Path, repository: str = settings.COURSE_REPOSITORY, root: Path = course.ROOT) -> list[Path]:
