@@ -1,6 +1,9 @@
 import os
+import re
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/bank.py and tests/banks/
 
@@ -20,3 +23,30 @@ if _NVRTC_CACHE not in os.environ:
         os.environ[_NVRTC_CACHE] = str(_folder)
     except OSError:
         pass
+
+
+# --- tiers: the markers of pyproject.toml's [tool.pytest.ini_options] ---------------------------------------
+
+_LESSON_FILE = re.compile(r"test_lesson(\d\d)_")
+
+
+def lessons_of(item) -> set[str]:
+    """The lessons a test is about, as two digits: those of its file (tests/test_lessonNN_*.py) and of its
+    ``lesson`` parameter (tests/test_banks.py, test_autograde.py, test_notebooks.py ...)."""
+    found = set()
+    match = _LESSON_FILE.match(item.path.name)
+    if match:
+        found.add(match.group(1))
+    callspec = getattr(item, "callspec", None)
+    lesson = callspec.params.get("lesson") if callspec is not None else None
+    if isinstance(lesson, str) and lesson[:2].isdigit():
+        found.add(lesson[:2])
+    return found
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with ``lesson(n="NN")`` for each lesson it is about: `make test-lesson L=NN` selects
+    them with ``-m "lesson(n='NN')"``, `make test-fast` the banks of the lessons touched."""
+    for item in items:
+        for n in sorted(lessons_of(item)):
+            item.add_marker(pytest.mark.lesson(n=n))
