@@ -44,9 +44,36 @@ def lessons_of(item) -> set[str]:
     return found
 
 
+#: Files whose every test is end to end: each runs nbgrader (generate_assignment, autograde), `course grade` or
+#: `course autograde`, builds and installs the published repository, or drives a browser.
+E2E_FILES = {"test_autograde.py", "test_hardening_autograde.py", "test_sandbox_attacks.py", "test_parallel.py",
+             "test_class_faults.py", "test_cli_grade.py", "test_nbgrader_batch.py", "test_browser.py",
+             "test_publish.py", "test_base_install.py"}
+#: Single end-to-end tests of files that are otherwise unit tests (by function name).
+E2E_TESTS = {
+    "test_notebooks.py": {"test_solution_notebook_runs_top_to_bottom_with_every_check_passing",  # a Jupyter kernel
+                          "test_built_notebooks_are_current_and_without_outputs",  # check-release: nbgrader
+                          "test_a_failed_check_shows_the_verdict_not_the_graders_traceback"},  # a Jupyter kernel
+    "test_sandbox.py": {"test_course_grade_of_ones_own_notebook_goes_on_without_the_sandbox_with_one_line"},
+}
+#: Fixtures that build a course with nbgrader: a test that uses one is end to end.
+E2E_FIXTURES = {"class_course", "small_course"}
+
+
+def is_e2e(item) -> bool:
+    name = item.path.name
+    return (name in E2E_FILES or item.originalname in E2E_TESTS.get(name, ())
+            or not E2E_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark every test with ``lesson(n="NN")`` for each lesson it is about: `make test-lesson L=NN` selects
-    them with ``-m "lesson(n='NN')"``, `make test-fast` the banks of the lessons touched."""
+    """Mark the tiers: ``e2e`` (:func:`is_e2e`), ``bank`` (tests/test_banks.py's entries) and
+    ``lesson(n="NN")`` for each lesson a test is about: `make test-lesson L=NN` selects them with
+    ``-m "lesson(n='NN')"``, `make test-fast` the banks of the lessons touched (tests/touched_lessons.py)."""
     for item in items:
+        if is_e2e(item):
+            item.add_marker(pytest.mark.e2e)
+        if item.path.name == "test_banks.py" and getattr(item, "callspec", None) is not None:
+            item.add_marker(pytest.mark.bank)
         for n in sorted(lessons_of(item)):
             item.add_marker(pytest.mark.lesson(n=n))
