@@ -55,6 +55,10 @@ E2E_TESTS = {
                           "test_built_notebooks_are_current_and_without_outputs",  # check-release: nbgrader
                           "test_a_failed_check_shows_the_verdict_not_the_graders_traceback"},  # a Jupyter kernel
     "test_sandbox.py": {"test_course_grade_of_ones_own_notebook_goes_on_without_the_sandbox_with_one_line"},
+    # grading.grade_notebooks: the real nbgrader autograde
+    "test_lesson07_cupy_rmsnorm.py": {"test_autograde_without_gpu_scores_the_compile_check_only"},
+    "test_lesson08_cupy_flash_attention.py": {"test_autograde_without_gpu_scores_the_compile_check_only"},
+    "test_lesson09_tensor_cores.py": {"test_autograde_without_gpu_scores_the_compile_checks_only"},
 }
 #: Fixtures that build a course with nbgrader: a test that uses one is end to end.
 E2E_FIXTURES = {"class_course", "small_course"}
