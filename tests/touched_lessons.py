@@ -5,7 +5,8 @@ tests/test_banks.py), those of the lessons touched: changed since the branch lef
 BASE...HEAD``, BASE by default ``main``), or changed in the working tree, or new and not ignored.
 
 * Lesson NN is touched by lessons/NN_*.py, solutions/NN_*/, notebooks/NN_*/, autograder/lessons/lessonNN/,
-  tests/banks/bank_NN_*.py and tests/test_lessonNN_*.py.
+  tests/banks/bank_NN_*.py and tests/test_lessonNN_*.py; the GPU lessons by tests/test_gpu_lessons.py and
+  tests/test_gpu.py (:data:`SHARED_LESSON_FILES`).
 * Every lesson is touched by what all banks run on: autograder/checks/, autograder/gpu/, the shared modules
   autograder/lessons/*.py, tests/bank.py, tests/test_banks.py and tests/banks/__init__.py; and when git cannot
   tell (no repository, no BASE).
@@ -23,6 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LESSON_PATHS = [re.compile(p) for p in (r"^lessons/(\d\d)_[^/]*\.py$", r"^solutions/(\d\d)_", r"^notebooks/(\d\d)_",
                                         r"^autograder/lessons/lesson(\d\d)/", r"^tests/banks/bank_(\d\d)_",
                                         r"^tests/test_lesson(\d\d)_")]
+#: Files of several lessons' tests: the lessons they touch.
+SHARED_LESSON_FILES = {"tests/test_gpu_lessons.py": {"06", "07", "08", "09", "11"},  # the GPU banks
+                       "tests/test_gpu.py": {"06", "07", "08", "11"}}  # their kernels compile (marked bank)
 CORE_PATHS = re.compile(r"^(autograder/checks/|autograder/gpu/|autograder/lessons/[^/]+\.py$|tests/bank\.py$|"
                         r"tests/test_banks\.py$|tests/banks/__init__\.py$)")
 
@@ -50,6 +54,7 @@ def touched(files: list[str] | None) -> tuple[set[str] | None, str]:
     if core:
         return None, f"изменено общее ядро проверок: {', '.join(core[:3])}{' …' if len(core) > 3 else ''}"
     lessons = {m.group(1) for f in files for p in LESSON_PATHS if (m := p.match(f))}
+    lessons |= {n for f in files for n in SHARED_LESSON_FILES.get(f, ())}
     return lessons, "изменены уроки: " + (", ".join(sorted(lessons)) if lessons else "нет")
 
 
