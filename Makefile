@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: lab test test-full release check-release autograde report bench clean
+.PHONY: lab test test-fast test-lesson test-full release check-release autograde report bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,19 @@ lab: $(VENV)/.installed
 ## test: the whole test suite (what CI runs)
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+## test-fast: the unit tests (no nbgrader run, no notebook kernel, no browser, no publish) and the banks of the
+##            lessons touched since BASE (tests/touched_lessons.py); under 3 minutes on 2 cores, e.g. make test-fast BASE=origin/main
+BASE ?= main
+test-fast: $(VENV)/.installed
+	selection="$$($(BIN)/python tests/touched_lessons.py $(BASE))" && \
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m "$$selection"
+
+## test-lesson: everything of one lesson: its unit tests, its bank and its end-to-end tests, e.g. make test-lesson L=02
+L ?=
+test-lesson: $(VENV)/.installed
+	@case "$(L)" in [0-9][0-9]|[0-9][0-9]_*) ;; *) echo "make test-lesson L=NN: номер урока из двух цифр, например L=02" >&2; exit 2;; esac
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "lesson(n='$(shell printf %.2s '$(L)')')"
 
 ## test-full: the same, with every bank submission graded through nbgrader autograde (slow)
 test-full: $(VENV)/.installed

@@ -1,4 +1,83 @@
 import os
+import re
 import sys
+from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/bank.py and tests/banks/
+
+# The NVRTC compile cache of the test session (autograder/gpu/nvrtc.py, cached_compile): the banks compile
+# the same unchanged reference kernels for three architectures in every entry.  Set here, before any test
+# module imports the package, so that this process, its check workers (their environment is this one's) and
+# the nbgrader runs of the tests (AUTOGRADER_* variables reach the OS sandbox too, where the folder is
+# read-only or hidden) all see it.  It lives in .pytest_cache/ (git-ignored, `make clean` removes it):
+# entries are named by the compiler, the options and the whole source, so one left from an earlier session
+# is exactly what a compile gives.  AUTOGRADER_NVRTC_CACHE= (empty) turns it off; another path moves it.
+_NVRTC_CACHE = "AUTOGRADER_NVRTC_CACHE"
+if _NVRTC_CACHE not in os.environ:
+    _folder = Path(__file__).resolve().parent.parent / ".pytest_cache" / "nvrtc"
+    try:
+        _folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _folder.chmod(0o700)  # nvrtc.py uses no folder that group or others may write
+        os.environ[_NVRTC_CACHE] = str(_folder)
+    except OSError:
+        pass
+
+
+# --- tiers: the markers of pyproject.toml's [tool.pytest.ini_options] ---------------------------------------
+
+_LESSON_FILE = re.compile(r"test_lesson(\d\d)_")
+
+
+def lessons_of(item) -> set[str]:
+    """The lessons a test is about, as two digits: those of its file (tests/test_lessonNN_*.py) and of its
+    ``lesson`` parameter (tests/test_banks.py, test_autograde.py, test_notebooks.py ...)."""
+    found = set()
+    match = _LESSON_FILE.match(item.path.name)
+    if match:
+        found.add(match.group(1))
+    callspec = getattr(item, "callspec", None)
+    lesson = callspec.params.get("lesson") if callspec is not None else None
+    if isinstance(lesson, str) and lesson[:2].isdigit():
+        found.add(lesson[:2])
+    return found
+
+
+#: Files whose every test is end to end: each runs nbgrader (generate_assignment, autograde), `course grade` or
+#: `course autograde`, builds and installs the published repository, or drives a browser.
+E2E_FILES = {"test_autograde.py", "test_hardening_autograde.py", "test_sandbox_attacks.py", "test_parallel.py",
+             "test_class_faults.py", "test_cli_grade.py", "test_nbgrader_batch.py", "test_browser.py",
+             "test_publish.py", "test_base_install.py"}
+#: Single end-to-end tests of files that are otherwise unit tests (by function name).
+E2E_TESTS = {
+    "test_notebooks.py": {"test_solution_notebook_runs_top_to_bottom_with_every_check_passing",  # a Jupyter kernel
+                          "test_built_notebooks_are_current_and_without_outputs",  # check-release: nbgrader
+                          "test_a_failed_check_shows_the_verdict_not_the_graders_traceback"},  # a Jupyter kernel
+    "test_sandbox.py": {"test_course_grade_of_ones_own_notebook_goes_on_without_the_sandbox_with_one_line"},
+    # grading.grade_notebooks: the real nbgrader autograde
+    "test_lesson07_cupy_rmsnorm.py": {"test_autograde_without_gpu_scores_the_compile_check_only"},
+    "test_lesson08_cupy_flash_attention.py": {"test_autograde_without_gpu_scores_the_compile_check_only"},
+    "test_lesson09_tensor_cores.py": {"test_autograde_without_gpu_scores_the_compile_checks_only"},
+}
+#: Fixtures that build a course with nbgrader: a test that uses one is end to end.
+E2E_FIXTURES = {"class_course", "small_course"}
+
+
+def is_e2e(item) -> bool:
+    name = item.path.name
+    return (name in E2E_FILES or item.originalname in E2E_TESTS.get(name, ())
+            or not E2E_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tiers: ``e2e`` (:func:`is_e2e`), ``bank`` (tests/test_banks.py's entries) and
+    ``lesson(n="NN")`` for each lesson a test is about: `make test-lesson L=NN` selects them with
+    ``-m "lesson(n='NN')"``, `make test-fast` the banks of the lessons touched (tests/touched_lessons.py)."""
+    for item in items:
+        if is_e2e(item):
+            item.add_marker(pytest.mark.e2e)
+        if item.path.name == "test_banks.py" and getattr(item, "callspec", None) is not None:
+            item.add_marker(pytest.mark.bank)
+        for n in sorted(lessons_of(item)):
+            item.add_marker(pytest.mark.lesson(n=n))

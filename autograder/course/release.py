@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-from .nbgrader_cli import nbgrader, new_course
+from .nbgrader_cli import nbgrader_batch, new_course
 from .paths import (RELEASE, ROOT, SOLUTIONS, TEXT_SOURCES, lessons, source_notebook, student_notebook,
                     text_lessons, text_source)
 
@@ -30,14 +30,14 @@ def build_source_notebook(lesson: str, root: Path = ROOT) -> Path:
     return path
 
 
-def release(root: Path = ROOT, only: list[str] | None = None) -> list[Path]:
-    """Build solutions/ from the text sources in lessons/, then notebooks/ from solutions/ (nbgrader)."""
-    written = []
-    for lesson in only or text_lessons(root):
-        written.append(build_source_notebook(lesson, root))
-        nbgrader("generate_assignment", lesson, "--force", cwd=root)
-        written.append(student_notebook(lesson, root))
-    return written
+def release(root: Path = ROOT, only: list[str] | None = None, scratch: bool = False) -> list[Path]:
+    """Build solutions/ from the text sources in lessons/, then notebooks/ from solutions/ (nbgrader's
+    generate_assignment for every lesson, in one process: :func:`nbgrader_batch`)."""
+    chosen = only or text_lessons(root)
+    sources = [build_source_notebook(lesson, root) for lesson in chosen]
+    if chosen:
+        nbgrader_batch([("generate_assignment", lesson, "--force") for lesson in chosen], cwd=root, scratch=scratch)
+    return [path for lesson, source in zip(chosen, sources) for path in (source, student_notebook(lesson, root))]
 
 
 def stale_release(root: Path = ROOT) -> list[str]:
@@ -48,7 +48,7 @@ def stale_release(root: Path = ROOT) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="course-release-") as scratch:
         course = new_course(Path(scratch), root)
         shutil.copytree(root / TEXT_SOURCES, course / TEXT_SOURCES)
-        release(course)
+        release(course, scratch=True)
         for lesson in sources:
             redo = f"выполните `make release` (урок правят в {TEXT_SOURCES}/{lesson}.py, а не в ноутбуках)"
             for fresh, committed in ((source_notebook(lesson, course), source_notebook(lesson, root)),

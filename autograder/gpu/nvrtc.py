@@ -4,11 +4,20 @@
 returns errors with line and column plus the register / shared-memory use that ptxas reports.
 :func:`compile_check` compiles for every architecture in :data:`ARCHS` (Colab's T4 is sm_75) and
 names the one an error belongs to, with a hint for the common ones.
+
+The compile check's compilations can be served from a cache (:data:`CACHE_ENV`), which only the test
+session turns on: see :func:`cached_compile` for why it is test-only and what makes it exact.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import json
+import os
 import re
+import stat
+import tempfile
 
 from ..checks.core import CheckFailed
 
@@ -83,8 +92,17 @@ def _program_log(nvrtc, program) -> str:
     return bytes(log).replace(b"\x00", b"").decode("utf-8", "replace").strip()
 
 
+#: The options of every compilation besides ``-arch`` (the last one is dropped for an NVRTC without it).
+OPTIONS = ("-std=c++17", "-Xptxas=-v")
+
+
 def compile_source(source: str, *, arch: str = ARCH, filename: str = "kernel.cu") -> CompileResult:
     """Compile CUDA C with NVRTC for ``arch`` (no GPU needed); diagnostics and resources."""
+    return _result(*_compile(source, arch, filename), filename)
+
+
+def _compile(source: str, arch: str, filename: str) -> tuple[bool, str]:
+    """One NVRTC compilation: (succeeded, the log).  Everything a :class:`CompileResult` holds comes from these two."""
     nvrtc = _NVRTC
     if nvrtc is None:
         raise RuntimeError("cuda-python (cuda.bindings.nvrtc) or the NVRTC library is not installed")
@@ -92,7 +110,7 @@ def compile_source(source: str, *, arch: str = ARCH, filename: str = "kernel.cu"
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise RuntimeError(f"nvrtcCreateProgram failed: {err}")
     try:
-        options = [f"-arch={arch}".encode(), b"-std=c++17", b"-Xptxas=-v"]
+        options = [f"-arch={arch}".encode(), *(option.encode() for option in OPTIONS)]
         (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         if result == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:  # an old NVRTC without -Xptxas
             options = options[:2]
@@ -100,9 +118,102 @@ def compile_source(source: str, *, arch: str = ARCH, filename: str = "kernel.cu"
         log = _program_log(nvrtc, program)
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    ok = result == nvrtc.nvrtcResult.NVRTC_SUCCESS
-    return CompileResult(ok, log, tuple(parse_errors(log, filename)) if not ok else (),
-                         parse_resources(log))
+    return result == nvrtc.nvrtcResult.NVRTC_SUCCESS, log
+
+
+def _result(ok: bool, log: str, filename: str) -> CompileResult:
+    return CompileResult(ok, log, tuple(parse_errors(log, filename)) if not ok else (), parse_resources(log))
+
+
+# --- the test session's compile cache --------------------------------------------------------
+
+#: The folder of the compile cache; set by the test session only (tests/conftest.py).
+CACHE_ENV = "AUTOGRADER_NVRTC_CACHE"
+
+
+def _cache_folder() -> str | None:
+    """The cache folder named by :data:`CACHE_ENV`, if it is a folder of this user's that no one else may
+    write; else None (no cache)."""
+    folder = os.environ.get(CACHE_ENV)
+    if not folder or _NVRTC is None:
+        return None
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None
+    return os.path.abspath(folder)
+
+
+def _compiler_identity() -> list:
+    """What besides the input decides NVRTC's output: the library's version and the packages that bring it."""
+    from importlib import metadata
+
+    _, major, minor = _NVRTC.nvrtcVersion()
+    packages = []
+    for name in ("nvidia-cuda-nvrtc", "cuda-bindings"):
+        try:
+            packages.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            packages.append(f"{name} missing")
+    return [f"nvrtc {major}.{minor}", *packages, getattr(_NVRTC, "__file__", "")]
+
+
+#: Read once, at import: the check worker imports this module before any student code runs, so nothing a
+#: submission does to the environment (or to this module, which the guard restores) turns the cache on.
+_CACHE = _cache_folder()
+_IDENTITY = _compiler_identity() if _CACHE else None
+
+
+def cache_key(source: str, arch: str, filename: str = "kernel.cu") -> str:
+    """The cache's name for one compilation: a SHA-256 of the compiler, the options and the whole source."""
+    text = json.dumps([_IDENTITY, arch, list(OPTIONS), filename, source], ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def cached_compile(source: str, arch: str = ARCH, filename: str = "kernel.cu") -> CompileResult:
+    """:func:`compile_source`, served from the test session's cache when it has compiled this before.
+
+    Test-only by construction: the cache is on only where :data:`CACHE_ENV` names an existing folder of
+    this user's that neither group nor others may write, read once when this module is imported (before
+    any student code).  tests/conftest.py sets it for the test session (the banks compile the same
+    reference kernels for three architectures again and again); nothing of the grader does —
+    ``nbgrader autograde``, ``course autograde`` and a student's ``grade()`` compile every time.
+
+    Exact: an entry holds the two things a compilation returns (success, the log), and the result is
+    rebuilt from them by the same code as :func:`compile_source`'s: it is what that compilation gave, and
+    what a fresh one gives but for ptxas's "Compile time = ... ms" line of the log, which nothing reads.  Its
+    name is a SHA-256 over the NVRTC library and package versions, the architecture, the options, the
+    file name and the whole source: a result is served only for exactly this source, never another
+    submission's.  Entries are written whole (a new file renamed into place), a folder that cannot be
+    read or written (in the OS sandbox it is hidden or read-only) just means compiling, and the one way
+    to a wrong result — writing a forged entry into the folder — needs a folder that graded code can
+    write, which grading never gives: it never has the cache on.
+    """
+    if _CACHE is None:
+        return compile_source(source, arch=arch, filename=filename)
+    path = os.path.join(_CACHE, cache_key(source, arch, filename) + ".json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            entry = json.load(handle)
+        if type(entry.get("ok")) is bool and type(entry.get("log")) is str:
+            return _result(entry["ok"], entry["log"], filename)
+    except (OSError, ValueError, AttributeError):
+        pass
+    ok, log = _compile(source, arch, filename)
+    try:
+        fd, scratch = tempfile.mkstemp(dir=_CACHE, prefix=".entry-")
+    except OSError:
+        return _result(ok, log, filename)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"ok": ok, "log": log}, handle)
+        os.replace(scratch, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(scratch)
+    return _result(ok, log, filename)
 
 
 _DIAGNOSTIC = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?P<kind>error|catastrophic error|warning)"
@@ -270,7 +381,7 @@ def compile_check(source, kernels: tuple[str, ...], *, what: str, archs: tuple[s
     if _NVRTC is None:
         raise CheckFailed("Не найден NVRTC из пакета cuda-python: установите `pip install cuda-bindings "
                           "nvidia-cuda-nvrtc` (первая ячейка ноутбука делает это в Colab).")
-    results = {arch: compile_source(source, arch=arch) for arch in archs}
+    results = {arch: cached_compile(source, arch) for arch in archs}
     failed = [arch for arch, r in results.items() if not r.ok]
     if failed:
         fine = [arch for arch in archs if arch not in failed]
