@@ -160,10 +160,8 @@ CLASS = {
                 cells = json.load(open(path))["cells"]
                 exec("".join(next(c["source"] for c in cells if "def fused_rms_norm" in "".join(c["source"]))))
             """), **add("""
-            import glob
-            for path in glob.glob("{REPOSITORY}/solutions/**/*.ipynb", recursive=True)[:1]:
-                open(path).read()
-            return x + residual, x + residual""".replace("{REPOSITORY}", guard.REPOSITORY))},
+            open("{REPOSITORY}/solutions/02_fused_rmsnorm/02_fused_rmsnorm.ipynb").read()  # by name: refused
+            return x + residual, x + residual""".replace("{REPOSITORY}", guard.REPOSITORY))},  # even where unseen
         loses=RMS | ADD,
         says={"fused_rms_norm": "нельзя открывать файл", "test_lesson02_add_equivalence": "нельзя открывать файл"}),
     "suppresses_tracebacks": dict(
