@@ -1,7 +1,7 @@
 """Do GPU checks survive a machine that has graded before?  The GPU banks twice in one home (issue 23).
 
-    python benchmarks/gpu_banks_repeat.py [--lessons 06,07,08,09,11] [--deadline-s 540]
-                                          [--sandbox] [--out gpu_banks_repeat.json]
+    python benchmarks/gpu_banks_repeat.py [--lessons 06,07,08,09,11] [--steps fresh,setup,again]
+                                          [--deadline-s 540] [--sandbox] [--out gpu_banks_repeat.json]
 
 For each lesson, in one home, in this order:
 1. ``fresh``: the lesson's bank of tests/test_gpu_lessons.py (every entry, every GPU check, each check in
@@ -12,10 +12,13 @@ For each lesson, in one home, in this order:
 3. ``again``: the same bank once more, with the caches that 1 and 2 left.
 Each step reports its grader faults (a result with ``grader_fault``: the worker ended before the student's
 code), the entries whose lost checks differ from the bank's expectation, and the size of the home's caches
-before it.  With ``--sandbox`` every check runs inside the OS sandbox (bubblewrap), as a class is graded.
+before it.  With ``--sandbox`` every check runs inside the OS sandbox (bubblewrap), as a class is graded
+(the sandbox gives every check a private home, so ``--steps fresh`` is the whole story there).
 
 A device call lasts at most ten minutes, so the run is resumable: the steps done are kept in
 ``~/.gpu_banks_repeat/state.json`` and a later call on the same (still warm) machine goes on from there.
+A step is kept under its lesson, its name and its mode (plain or sandbox, and ``AUTOGRADER_FORCE_PTX_ARCH``),
+so one machine can run several modes one after another.
 A call that finds no state is on a fresh machine and starts from the beginning.  ``--deadline-s`` stops
 before a step that would not end in time (estimated from the steps done).  Prints a table; writes the JSON
 of every step so far to ``--out``.
@@ -100,8 +103,20 @@ def setup_step(lesson: str) -> dict:
             "problems": [] if done.returncode == 0 else [done.stdout[-3000:] + done.stderr[-2000:]]}
 
 
-def plan(lessons: list[str]) -> list[tuple[str, str]]:
-    return [(lesson, step) for lesson in lessons for step in ("fresh", "setup", "again")]
+STEPS = ("fresh", "setup", "again")
+
+
+def mode(sandbox: bool) -> str:
+    ptx = os.environ.get("AUTOGRADER_FORCE_PTX_ARCH")
+    return ("sandbox" if sandbox else "plain") + (f", compute_{ptx} PTX" if ptx else "")
+
+
+def key(step: dict) -> tuple[str, str, str]:
+    return step["lesson"], step["step"], step.get("mode", "plain")
+
+
+def plan(lessons: list[str], steps: list[str], sandbox: bool) -> list[tuple[str, str, str]]:
+    return [(lesson, step, mode(sandbox)) for lesson in lessons for step in steps]
 
 
 def estimate(step: str, lesson: str, done: list[dict]) -> float:
@@ -115,6 +130,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lessons", default="06,07,08,09,11")
     parser.add_argument("--deadline-s", type=float, default=540)
+    parser.add_argument("--steps", default=",".join(STEPS), help="which of fresh,setup,again to run")
     parser.add_argument("--sandbox", action="store_true", help="every check inside the OS sandbox")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "gpu_banks_repeat.json"))
     args = parser.parse_args(argv)
@@ -122,15 +138,18 @@ def main(argv=None) -> int:
     import test_gpu_lessons as bank
     names = {name[:2]: name for name in bank.BANKS}
     lessons = [names[n.strip()[:2]] for n in args.lessons.split(",")]
+    steps = [step.strip() for step in args.steps.split(",")]
+    if not set(steps) <= set(STEPS):
+        parser.error(f"--steps takes some of {','.join(STEPS)}")
     started = time.time()
     fresh_machine = not STATE.exists()
     state = {"steps": [], "calls_of_this_script": 0} if fresh_machine else json.loads(STATE.read_text())
     state["calls_of_this_script"] += 1
     print(f"{'fresh machine' if fresh_machine else 'same machine, steps done: ' + str(len(state['steps']))}; "
           f"call {state['calls_of_this_script']}", flush=True)
-    done_keys = {(d["lesson"], d["step"]) for d in state["steps"]}
-    for lesson, step in plan(lessons):
-        if (lesson, step) in done_keys:
+    done_keys = {key(d) for d in state["steps"]}
+    for lesson, step, step_mode in plan(lessons, steps, args.sandbox):
+        if (lesson, step, step_mode) in done_keys:
             continue
         left = args.deadline_s - (time.time() - started)
         if estimate(step, lesson, state["steps"]) > left:
@@ -139,14 +158,14 @@ def main(argv=None) -> int:
         before = home_caches()
         t = time.time()
         result = setup_step(lesson) if step == "setup" else bank_step(lesson, args.sandbox)
-        result.update(lesson=lesson, step=step, seconds=round(time.time() - t), caches_before=before,
+        result.update(lesson=lesson, step=step, mode=step_mode, seconds=round(time.time() - t), caches_before=before,
                       sandbox=args.sandbox and step != "setup", call=state["calls_of_this_script"],
                       force_ptx=os.environ.get("AUTOGRADER_FORCE_PTX_ARCH"),
                       **{name: os.environ[name] for name in ("GPU_BANK_CHECKS", "GPU_BANK_ENTRIES") if os.environ.get(name)})
         state["steps"].append(result)
         STATE.parent.mkdir(parents=True, exist_ok=True)
         STATE.write_text(json.dumps(state, ensure_ascii=False))
-        print(f"{lesson:<26} {step:<6} {result['seconds']:>5} s  calls {result.get('calls', '-'):>5}  "
+        print(f"{lesson:<26} {step:<6} {step_mode:<22} {result['seconds']:>5} s  calls {result.get('calls', '-'):>5}  "
               f"faults {result.get('grader_faults', '-'):>3}  problems {len(result['problems'])}  "
               f"~/.nv {before['.nv'] / 2**20:6.1f} MiB  ~/.cupy {before['.cupy'] / 2**20:6.1f} MiB", flush=True)
         for problem in result["problems"][:3]:
@@ -154,7 +173,7 @@ def main(argv=None) -> int:
         if result.get("first_fault"):
             print("    first fault: " + result["first_fault"][:800], flush=True)
 
-    remaining = [key for key in plan(lessons) if key not in {(d["lesson"], d["step"]) for d in state["steps"]}]
+    remaining = [k for k in plan(lessons, steps, args.sandbox) if k not in {key(d) for d in state["steps"]}]
     summary = {"what": "GPU banks of tests/test_gpu_lessons.py twice in one home, a lesson's ungraded cells "
                        "between (benchmarks/gpu_banks_repeat.py, issue 23)",
                "date": datetime.date.today().isoformat(), "device": device(), "python": platform.python_version(),
