@@ -252,14 +252,18 @@ def require_array(got: Any, *, shape: tuple[int, ...], dtype: str, case: str, na
     return got
 
 
+def tolerance(dtype: str = "float32", atol: float | None = None, rtol: float | None = None) -> tuple[float, float]:
+    """(atol, rtol) of a comparison: the ones given, else :data:`TOLERANCES` of ``dtype``."""
+    default_atol, default_rtol = TOLERANCES[dtype]
+    return (default_atol if atol is None else atol), (default_rtol if rtol is None else rtol)
+
+
 def compare(got: Any, expected: np.ndarray, *, case: str, dtype: str = "float32",
             atol: float | None = None, rtol: float | None = None, hint: str = "",
             name: str = "результат") -> float:
     """Raise CheckFailed unless ``got`` matches ``expected``; returns the max abs error."""
     got = require_array(got, shape=expected.shape, dtype=dtype, case=case, name=name)
-    default_atol, default_rtol = TOLERANCES[dtype]
-    atol = default_atol if atol is None else atol
-    rtol = default_rtol if rtol is None else rtol
+    atol, rtol = tolerance(dtype, atol, rtol)
     with np.errstate(all="ignore"):
         got64 = got.astype(np.float64)
         bad_values = ~np.isfinite(got64) & np.isfinite(expected)

@@ -16,7 +16,7 @@ import numpy.typing  # noqa: F401  first, so that their import-time introspectio
 
 from ...checks import reference
 from ...checks.core import CheckFailed, call_student, check, describe_case, plural
-from ...checks.mistakes import failure
+from ...checks.mistakes import failure, first_match, identify
 from ...checks.scalars import expect_number, fmt, is_number
 
 #: name -> (dense bf16 tensor-core peak, FLOP/s; HBM bandwidth, bytes/s), NVIDIA datasheets.
@@ -347,10 +347,17 @@ QWEN_OPS = {  # name -> (FLOPs, bytes) for the visible case: Qwen3-0.6B, bf16, T
 ROOF_REL = 1e-6
 
 
+def _same_heights(ys, reference) -> bool:
+    """The test of a drawn line against a curve: every vertex height finite and within ROOF_REL of the curve's."""
+    ys, reference = np.asarray(ys, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        return bool(len(ys) and ys.shape == reference.shape and np.all(np.isfinite(ys))
+                    and np.all(np.abs(ys - reference) <= ROOF_REL * np.abs(reference)))
+
+
 def _on_curve(xs, ys, curve) -> bool:
     with np.errstate(all="ignore"):
-        expected = curve(xs)
-        return bool(len(xs) and np.all(np.isfinite(ys)) and np.all(np.abs(ys - expected) <= ROOF_REL * np.abs(expected)))
+        return _same_heights(ys, curve(xs))
 
 
 def _roof(peak, bandwidth):
@@ -382,18 +389,20 @@ ROOF_HINT = ("Постройте крышу одной ломаной: верш�
 
 
 def _roof_mistake(lines, gpu, peak, bandwidth) -> str | None:
-    """Why no line is the roofline: the first known mistake that fits a drawn line."""
-    known = [
-        ("наклонная без крыши: y = I·B без min с пиком", lambda x: x * bandwidth),
-        ("max вместо min", lambda x: np.maximum(peak, x * bandwidth)),
-        ("ось y в TFLOP/s: по контракту — FLOP/s", lambda x: np.minimum(peak, x * bandwidth) / 1e12),
-    ]
-    known += [(f"крыша другого GPU ({name}), а не {gpu}", _roof(*GPUS[name])) for name in GPUS if name != gpu]
+    """Why no line is the roofline: the first known mistake that fits a drawn line (and misses the roof there)."""
+    known = {
+        "наклонная без крыши: y = I·B без min с пиком": lambda x: x * bandwidth,
+        "max вместо min": lambda x: np.maximum(peak, x * bandwidth),
+        "ось y в TFLOP/s: по контракту — FLOP/s": lambda x: np.minimum(peak, x * bandwidth) / 1e12,
+    }
+    known |= {f"крыша другого GPU ({name}), а не {gpu}": _roof(*GPUS[name]) for name in GPUS if name != gpu}
     for line in lines:
         xy = _line_points(line)
-        for description, curve in known:
-            if len(xy) >= 2 and _on_curve(xy[:, 0], xy[:, 1], curve):
-                return description
+        if len(xy) >= 2:
+            xs = xy[:, 0]
+            mistake = identify(xy[:, 1], _roof(peak, bandwidth)(xs), known, (xs,), close=_same_heights)
+            if mistake:
+                return mistake
     return None
 
 
@@ -415,6 +424,12 @@ def _find_roofline(lines, peak, bandwidth, x_low, x_high):
         else:
             return line, problems
     return None, problems
+
+
+def _has_point(points, xy) -> bool:
+    """Is one of ``points`` (an (N, 2) array, or one point) at ``xy`` within ROOF_REL in both coordinates?"""
+    points, xy = np.atleast_2d(np.asarray(points, dtype=np.float64)), np.asarray(xy, dtype=np.float64)
+    return bool(len(points) and np.any(np.all(np.abs(points - xy) <= ROOF_REL * np.abs(xy), axis=1)))
 
 
 def _labels(ax) -> list[str]:
@@ -466,14 +481,13 @@ def _grade_axes(axes, gpu, ops, case) -> str:
     labels = _labels(ax)
     for name, intensity in intensities.items():
         expected = np.array([intensity, min(peak, intensity * bandwidth)])
-        if not len(points) or not np.any(np.all(np.abs(points - expected) <= ROOF_REL * expected, axis=1)):
+        if not _has_point(points, expected):
             wrong = {"точка на высоте пика P, а не на крыше": (intensity, peak),
                      "точка на наклонной I·B без min": (intensity, intensity * bandwidth),
                      "по оси x отложены байты/FLOPs (интенсивность перевёрнута)":
                          (1 / intensity, min(peak, bandwidth / intensity)),
                      "ось y в TFLOP/s: по контракту — FLOP/s": (intensity, expected[1] / 1e12)}
-            named = next((d for d, xy in wrong.items() if len(points) and np.any(
-                np.all(np.abs(points - np.array(xy)) <= ROOF_REL * np.abs(np.array(xy)), axis=1))), None)
+            named = first_match(points, expected, wrong, close=_has_point)
             raise failure(
                 f"Нет точки оператора «{name}»: ожидалась точка (I, min(P, I·B)) = ({expected[0]:.6g}, "
                 f"{expected[1]:.6g}) ({case}); точек на графике, кроме крыши: {len(points)}.", named,

@@ -9,10 +9,10 @@ import numpy as np
 
 from ...checks import reference
 from ...checks.core import (CheckFailed, call_student, check, compare, describe_case, require_array,
-                            require_unchanged)
+                            require_unchanged, tolerance)
 from ...checks.inputs import normal
 from ...checks.memory import MiB, measure_peak, peak_table
-from ...checks.mistakes import compare_or_name, failure, identify
+from ...checks.mistakes import arrays_close, compare_or_name, failure, identify
 
 
 VISIBLE = [{"T": 4096, "D": 512, "seed": 0}]
@@ -74,7 +74,8 @@ def unit_rms(fused_rms_norm, cases=({"T": 64, "D": 1024, "seed": 5},)):
         rms = np.sqrt(np.mean(got.astype(np.float64) ** 2, axis=-1))
         worst = int(np.argmax(np.abs(rms - 1.0)))
         if not np.all(np.abs(rms - 1.0) < 1e-4):
-            mistake = identify(got, reference.RMS_NORM_MISTAKES, (x, w, 1e-6))
+            mistake = identify(got, reference.rms_norm(x, w, 1e-6), reference.RMS_NORM_MISTAKES, (x, w, 1e-6),
+                               close=arrays_close(*tolerance("float32")))
             raise failure(f"RMS строки {worst} равен {rms[worst]:.6f}, ожидался 1 ± 1e-4 ({case}).", mistake,
                           otherwise="Подсказка: делите x на sqrt(mean(x²) + eps), среднее — по последней оси.")
     return f"наибольшее отклонение RMS от 1: {np.max(np.abs(rms - 1.0)):.1e}"
@@ -157,7 +158,7 @@ def memory(fused_rms_norm, cases=({"T": 2048, "D": 1024, "seed": 11},)):
 # --- bonus: the residual add fused in -------------------------------------------------------
 
 def _add_not_included(x, residual, w, eps=1e-6):
-    return reference.rms_norm(x, w, eps), np.asarray(x, np.float64) + residual
+    return reference.rms_norm(x, w, eps)  # out: the residual is not added before the norm
 
 
 ADD_MISTAKES = {

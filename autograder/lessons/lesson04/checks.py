@@ -134,12 +134,17 @@ def update_mistakes(before, s, v) -> dict[str, tuple]:
         }
 
 
-def _update_mistake(got, before, s, v) -> str | None:
-    """The known mistake of one update step that the student's state (m, l, acc) matches."""
+def _same_state(state, reference) -> bool:
+    """The state test of :func:`_check_state` as a matcher: m, l and acc all close (NaN matches NaN)."""
+    return all(_close(x, w, nan_ok=True) for x, w in zip(state, reference))
+
+
+def _update_mistake(got, want, before, s, v) -> str | None:
+    """The known mistake of one update step from ``before`` that the student's state (m, l, acc) matches
+    (``want``: the right state after it)."""
     if not np.isfinite(s).any():  # a fully masked block: every variant predicts NaN, none is named
         return None
-    return first_match(got, update_mistakes(before, s, v),
-                       lambda g, wrong: all(_close(x, w, nan_ok=True) for x, w in zip(g, wrong)))
+    return first_match(got, want, update_mistakes(before, s, v), close=_same_state)
 
 
 # --- running the student's functions --------------------------------------------------------
@@ -183,11 +188,12 @@ def run_blocks(init, update, scores, values, bounds, *, case: str, check_each: b
         seen = np.concatenate([seen, np.arange(a, b)])
         if check_each:
             got = read_state(state, d, case=case, what="online_softmax_update")
+            want = expected_state(scores[seen], values[seen])
             mistake = None
             if all(_close(x, y) for x, y in zip(before, want_before)):
-                mistake = _update_mistake(got, want_before, scores[a:b], values[a:b])
-            _check_state(got, expected_state(scores[seen], values[seen]), case=case,
-                         step=f"после блока {number} (элементы {a}..{b - 1})", mistake=mistake)
+                mistake = _update_mistake(got, want, want_before, scores[a:b], values[a:b])
+            _check_state(got, want, case=case, step=f"после блока {number} (элементы {a}..{b - 1})",
+                         mistake=mistake)
     return state
 
 
@@ -266,7 +272,7 @@ def update_step(online_softmax_update, cases=({"seed": 0, "d": 4},)):
                                           what="online_softmax_update"),
                              d, case=case, what="online_softmax_update")
             want = expected_state(np.concatenate([seen, s]), np.concatenate([v_seen, v]))
-            _check_state(got, want, case=case, step="после шага", mistake=_update_mistake(got, before, s, v),
+            _check_state(got, want, case=case, step="после шага", mistake=_update_mistake(got, want, before, s, v),
                          hint="Шаг: m_new = max(m, max(s)); c = exp(m − m_new); l = l·c + Σ exp(s − m_new); "
                               "acc = acc·c + exp(s − m_new) @ v.")
             steps += 1

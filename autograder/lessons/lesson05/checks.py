@@ -15,11 +15,11 @@ import numpy as np
 import numpy.random  # noqa: F401  loaded before student code runs: the guard refuses lazy imports after
 
 from ...checks import reference
-from ...checks.core import (CheckFailed, call_student, check, compare, describe_case, require_array,
+from ...checks.core import (CheckFailed, call_student, check, describe_case, require_array,
                             require_unchanged)
 from ...checks.inputs import normal
 from ...checks.memory import MiB, measure_peak, peak_table
-from ...checks.mistakes import failure, identify
+from ...checks.mistakes import compare_or_name
 from .tracing import expected_tiles, observe_tiles
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -141,18 +141,6 @@ MISTAKES = {description: (lambda Q, K, V, Br, Bc, causal, _m=name: simulate(Q, K
             for name, description in _SIMULATED.items()}
 
 
-def _tail_only(got: np.ndarray, expected: np.ndarray, n: int, Br: int, atol: float) -> bool:
-    """The first n - n % Br rows are right and only the tail rows are wrong."""
-    cut = n - n % Br
-    if n % Br == 0 or cut == 0:
-        return False
-    with np.errstate(all="ignore"):
-        error = np.abs(got.astype(np.float64) - expected)
-        head_ok = bool(np.all(error[:cut] <= atol + 1e-5 * np.abs(expected[:cut])))
-        tail_bad = not bool(np.all(error[cut:] <= atol + 1e-5 * np.abs(expected[cut:])))
-    return head_ok and tail_bad
-
-
 # --- running the student's function ---------------------------------------------------------
 
 def _call(fn, name: str, Q, K, V, Br: int, Bc: int, causal: bool, case: str):
@@ -171,18 +159,8 @@ def _values(got, n: int, d: int, case: str, name: str) -> np.ndarray:
 
 def _compare_named(got, Q, K, V, c: dict, causal: bool, case: str, *, atol=None, hint: str = ""):
     """Compare with the float64 oracle; on a mismatch name the known mistake the output matches."""
-    expected = reference.attention(Q, K, V, causal=causal)
-    try:
-        return compare(got, expected, case=case, atol=atol, hint=hint)
-    except CheckFailed as mismatch:
-        Br, Bc = c["Br"], c["Bc"]
-        if _tail_only(got, expected, Q.shape[0], Br, 1e-4 if atol is None else atol):
-            mistake = _SIMULATED["q_tail_dropped"]
-        else:
-            mistake = identify(got, MISTAKES, (Q, K, V, Br, Bc, causal))
-        if mistake is None:
-            raise
-        raise failure(str(mismatch), mistake) from None
+    return compare_or_name(got, reference.attention(Q, K, V, causal=causal), inputs=(Q, K, V, c["Br"], c["Bc"], causal),
+                           variants=MISTAKES, case=case, atol=atol, hint=hint)
 
 
 # --- the checks, shared by both functions ---------------------------------------------------

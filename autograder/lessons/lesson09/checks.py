@@ -59,18 +59,23 @@ def f16_accumulation_bound(a, b) -> np.ndarray:
     return 2 * steps * U16 * (a @ b) + 1e-3
 
 
+def mma_product(a, b) -> tuple[np.ndarray, np.ndarray]:
+    """A B in float64 and its tolerance :func:`mma_bound`: a reference as the comparison takes it."""
+    return a.astype(np.float64) @ b.astype(np.float64), mma_bound(a, b)
+
+
 def _k_rounded_down(a, b):
     k = a.shape[1] // 8 * 8
-    return a[:, :k].astype(np.float64) @ b[:k].astype(np.float64)
+    return mma_product(a[:, :k], b[:k])
 
 
 def _rows_g_and_g8_swapped(a, b):
-    c = a.astype(np.float64) @ b.astype(np.float64)
+    c, tol = mma_product(a, b)
     rows = np.arange(c.shape[0]) ^ 8            # row g <-> g + 8 inside each 16-row tile
-    out = np.zeros_like(c)
     ok = rows < c.shape[0]
-    out[ok] = c[rows[ok]]
-    return out
+    out, out_tol = np.zeros_like(c), np.full_like(tol, 1e-6)  # a row with no partner stays 0
+    out[ok], out_tol[ok] = c[rows[ok]], tol[rows[ok]]
+    return out, out_tol
 
 
 def _b_fragment_transposed(a, b):
@@ -83,15 +88,19 @@ def _b_fragment_transposed(a, b):
     for k0 in range(0, bt.shape[0], 8):
         for n0 in range(0, bt.shape[1], 8):
             bt[k0:k0 + 8, n0:n0 + 8] = bp[k0:k0 + 8, n0:n0 + 8].T
-    return a.astype(np.float64) @ bt[:k, :n]
+    return mma_product(a, bt[:k, :n])
 
 
+#: Known mistakes of the matmul: description -> (A B as the mistaken kernel computes it, its tolerance).
 MMA_MISTAKES = {
     "последний неполный шаг по K (K mod 8 столбцов) потерян": _k_rounded_down,
     "строки g и g + 8 фрагмента A (или C) перепутаны": _rows_g_and_g8_swapped,
     "фрагмент B загружен по строкам B, а не по столбцам (B[g][2t] вместо B[2t][g])": _b_fragment_transposed,
 }
-F16_ACCUMULATION = "накопление C в float16 (mma …f16.f16.f16.f16) вместо float32"
+#: Not a named mistake: an error within what a float16 accumulator costs is not a value the grader can
+#: compute (the tensor cores' rounding inside a step is their own), so it is said as a hint.
+F16_ACCUMULATION_HINT = ("Ошибка не больше той, что даёт накопление C во float16 (mma …f16.f16.f16.f16): "
+                         "проверьте, что C накапливается во float32 (…f32.f16.f16.f32).")
 
 
 def compare_bound(got, expected, tol, *, case: str, hint: str = "", name: str = "результат") -> float:
@@ -119,10 +128,22 @@ def compare_bound(got, expected, tol, *, case: str, hint: str = "", name: str = 
     return float(error.max()) if error.size else 0.0
 
 
-def _named(got, variants, inputs, tol):
-    def match(g, wrong):
-        return bool(np.all(np.abs(g.astype(np.float64) - wrong) <= 2 * tol + 1e-3))
-    return identify(got, variants, inputs, match=match)
+def _within(value, reference) -> bool:
+    """:func:`compare_bound`'s test as the matcher's ``close``: ``reference`` is a pair (float64 value, its
+    tolerance), ``value`` a plain ndarray (or such a pair: its value), finite and within the tolerance."""
+    value = value[0] if isinstance(value, tuple) else value
+    expected, tol = reference
+    if type(value) is not np.ndarray or value.shape != expected.shape:
+        return False
+    with np.errstate(all="ignore"):
+        value = value.astype(np.float64)
+        return bool(np.all(np.isfinite(value)) and np.all(np.abs(value - expected) <= tol))
+
+
+def _named(got, expected, variants, inputs):
+    """The known mistake ``got`` shows: ``expected`` and every variant's output are (value, tolerance)
+    pairs, so a variant is matched by the tolerance the comparison would give it."""
+    return identify(got, expected, variants, inputs, close=_within)
 
 
 @check("lesson09.mma_compiles", points=1, title="Ядро mma_matmul компилируется (NVRTC, sm_75/80/90, без GPU)",
@@ -139,20 +160,18 @@ def mma_matmul(mma_matmul_gpu, cases=MMA_VISIBLE):
         case = describe_case(**c)
         got = gpu.run_student(mma_matmul_gpu, gpu.device(a), gpu.device(b), case=case, what=WHAT_MMA)
         got = gpu.to_host(got, shape=(c["M"], c["N"]), case=case)
-        expected = a.astype(np.float64) @ b.astype(np.float64)
-        tol = mma_bound(a, b)
+        expected, tol = mma_product(a, b)
         try:
             compare_bound(got, expected, tol, case=case,
                           hint="проверьте раскладку фрагментов (a0: строка g, столбцы 2t и 2t+1; a1: строка g + 8; "
                                "b0: строки 2t и 2t+1 столбца g) и нули за краями матриц")
         except CheckFailed as mismatch:
             error = np.abs(got.astype(np.float64) - expected)
-            mistake = _named(got, MMA_MISTAKES, (a, b), tol)
-            if mistake is None and np.all(np.isfinite(error)) and np.all(error <= f16_accumulation_bound(a, b)):
-                mistake = F16_ACCUMULATION
-            if mistake is None:
+            mistake = _named(got, (expected, tol), MMA_MISTAKES, (a, b))
+            f16 = np.all(np.isfinite(error)) and np.all(error <= f16_accumulation_bound(a, b))
+            if mistake is None and not f16:
                 raise
-            raise failure(str(mismatch), mistake) from None
+            raise failure(str(mismatch), mistake, otherwise=F16_ACCUMULATION_HINT) from None
         worst = max(worst, float(np.max(np.abs(got - expected) / tol)) if got.size else 0.0)
     return f"совпадает на {len(cases)} случаях; худшая ошибка — {worst:.2f} от допуска 2·K·2⁻²⁴·(|A|·|B|)"
 
@@ -180,28 +199,34 @@ def oracle(q, k, v, causal: bool = False) -> np.ndarray:
     return _probabilities(q, k, causal) @ v.astype(np.float64)
 
 
-def oracle_and_bound(q, k, v, causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """The float64 result and the per-element tolerance 2 u16 (P |V|) + 2 u16 |O| (see the module)."""
-    p = _probabilities(q, k, causal)
+def _attention(p, v) -> tuple[np.ndarray, np.ndarray]:
+    """P V in float64 and its tolerance 2 u16 (P |V|) + 2 u16 |O| (see the module)."""
     v64 = v.astype(np.float64)
     out = p @ v64
     return out, 2 * U16 * (p @ np.abs(v64)) + 2 * U16 * np.abs(out) + 1e-6
 
 
+def oracle_and_bound(q, k, v, causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 result and the per-element tolerance 2 u16 (P |V|) + 2 u16 |O| (see the module)."""
+    return _attention(_probabilities(q, k, causal), v)
+
+
+# Known mistakes of the attention kernel: each gives (output, tolerance) of the attention it computes.
+
 def _no_scale(q, k, v, causal=False):
-    return oracle((q.astype(np.float64) * np.sqrt(q.shape[-1])), k, v, causal)
+    return oracle_and_bound(q.astype(np.float64) * np.sqrt(q.shape[-1]), k, v, causal)
 
 
 def _causal_ignored(q, k, v, causal=False):
-    return oracle(q, k, v, False)
+    return oracle_and_bound(q, k, v, False)
 
 
 def _diagonal_masked(q, k, v, causal=False):
-    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    q, k = q.astype(np.float64), k.astype(np.float64)
     s = q @ np.swapaxes(k, 1, 2) / np.sqrt(q.shape[-1])
     n = s.shape[-1]
     s = np.where(np.arange(n)[None, :] < np.arange(n)[:, None], s, -np.inf)  # j < i: the diagonal lost
-    return reference.softmax(s) @ v
+    return _attention(reference.softmax(s), v)
 
 
 def _v_not_transposed(q, k, v, causal=False):
@@ -211,7 +236,7 @@ def _v_not_transposed(q, k, v, causal=False):
     for r0 in range(0, n - n % 8, 8):
         for c0 in range(0, d, 8):
             vt[:, r0:r0 + 8, c0:c0 + 8] = np.swapaxes(vt[:, r0:r0 + 8, c0:c0 + 8], 1, 2)
-    return oracle(q, k, vt, causal)
+    return oracle_and_bound(q, k, vt, causal)
 
 
 MISTAKES = {
@@ -241,7 +266,7 @@ def _compare(got, inputs, causal: bool, *, case: str, hint: str = "") -> float:
         compare_bound(got, expected, tol, case=case, hint=hint)
     except CheckFailed as mismatch:
         variants = {k: v for k, v in MISTAKES.items() if causal or "causal" not in k}
-        mistake = _named(got, variants, (*inputs, causal), tol)
+        mistake = _named(got, (expected, tol), variants, (*inputs, causal))
         if mistake is None:
             raise
         raise failure(str(mismatch), mistake) from None
