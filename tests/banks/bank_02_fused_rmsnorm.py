@@ -134,4 +134,11 @@ def fused_add_rms_norm(x, residual, w, eps=1e-6):
     out = h / np.sqrt(squares.mean(axis=-1, keepdims=True) + eps) * w
     return out, h
 """}, {"lesson02.add_memory"}, says="пик памяти"),
+    # only the second visible case is over the bound: a check that stops after its first case passes it
+    wrong("add_extra_buffers_second_case", {"fused_add_rms_norm": """
+def fused_add_rms_norm(x, residual, w, eps=1e-6):
+    residual += x
+    spare = np.stack([residual, residual]) if residual.shape == (1024, 2048) else None
+    return fused_rms_norm(residual, w, eps), residual
+"""}, {"lesson02.add_memory"}, says="T=1024, D=2048"),
 ]

@@ -18,7 +18,7 @@ from ...checks import reference
 from ...checks.core import (CheckFailed, call_student, check, describe_case, require_array,
                             require_unchanged)
 from ...checks.inputs import normal
-from ...checks.memory import MiB, measure_peak, peak_table
+from ...checks.memory import Bound, MiB, measure_peak, peaks_within
 from ...checks.mistakes import compare_or_name
 from .tracing import expected_tiles, observe_tiles
 
@@ -189,11 +189,9 @@ MEMORY_CASES = [{"n": 1024, "d": 64, "Br": 32, "Bc": 32, "seed": 12}]
 
 
 def _memory(fn, name: str, cases) -> str:
-    rows = []
-    for c in cases:
+    def measure(c, case) -> Bound:
         n, d = c["n"], c["d"]
         Q, K, V = case_inputs(n, d, c["seed"])
-        case = describe_case(**c)
         naive = measure_peak(naive_attention, Q, K, V, case=case, what="наивная версия")
         allowed = naive.bytes // 10
         peak = measure_peak(fn, Q.copy(), K.copy(), V.copy(), Br=c["Br"], Bc=c["Bc"], causal=False,
@@ -202,19 +200,21 @@ def _memory(fn, name: str, cases) -> str:
         if not np.any(got):
             raise CheckFailed(f"{name} вернула одни нули ({case}): память функции, которая не считает "
                               "attention, не измеряется.")
-        rows += [("наивная (S и P целиком)", naive.bytes, naive.bytes), (name, peak.bytes, allowed)]
-        if peak.bytes > allowed:
+
+        def too_much(table: str) -> str:
             square = n * n * 4
             cause = (f"Пик не меньше одной матрицы (n, n) float32 ({square / MiB:.1f} МиБ): похоже, "
                      "S или P создаются целиком (например, Q @ K.T)." if peak.bytes >= square else
                      "Матрицы (n, n) нет, но лишнего много: не копируйте Q, K, V целиком "
                      "(например, Q.astype(np.float64) или Q * scale для всего Q) — "
                      "приводите и масштабируйте только блоки.")
-            raise CheckFailed(
-                f"пик памяти {name}: {peak.mib:.2f} МиБ, допустимо {allowed / MiB:.2f} МиБ — в 10 раз "
-                f"меньше пика наивной версии ({naive.mib:.1f} МиБ; {case}).\n{cause}\n"
-                + peak_table(rows))
-    return peak_table(rows)
+            return (f"пик памяти {name}: {peak.mib:.2f} МиБ, допустимо {allowed / MiB:.2f} МиБ — в 10 раз "
+                    f"меньше пика наивной версии ({naive.mib:.1f} МиБ; {case}).\n{cause}\n" + table)
+
+        return Bound(peak, allowed, [("наивная (S и P целиком)", naive.bytes, naive.bytes), (name, peak.bytes, allowed)],
+                     too_much)
+
+    return peaks_within(cases, measure)
 
 
 WORK_CASES = [{"n": 256, "d": 64, "Br": 32, "Bc": 32, "seed": 15}]

@@ -31,7 +31,7 @@ import numpy.random  # noqa: F401  loaded before student code runs: the guard re
 from ...gpu import runtime as gpu, nvrtc
 from ...checks.core import CheckFailed, call_student, check, describe_case, require_array
 from ...checks.core import tolerance as compare_tolerance
-from ...checks.memory import MiB, measure_peak, peak_table
+from ...checks.memory import Bound, MiB, measure_peak, peaks_within
 from ...checks.mistakes import arrays_close, compare_or_name, failure, identify
 from ...checks.scalars import expect_number, fmt
 
@@ -402,22 +402,21 @@ MEMORY_SHARE = 0.25  # of one sequence's K and V for one KV head
 
 @check("lesson11.memory", points=1, title="Память: страница за страницей, без копии K/V последовательности")
 def memory(paged_decode, cases=MEMORY_CASES):
-    for c in cases:
+    def measure(c, case) -> Bound:
         inputs = _inputs_of(c)
-        case = describe_case(**c)
         n, d = max(c["lengths"]), c["d"]
         one_head = 2 * n * d * 4
         allowed = MEMORY_SHARE * one_head + 4 * c["B"] * c["Hq"] * d * 4
         peak = measure_peak(paged_decode, *(a.copy() for a in inputs), case=case, what=WHAT)
         compare_or_name(peak.result, oracle(*inputs), inputs=(*inputs, 1), variants=DECODE_MISTAKES, case=case)
-        table = peak_table([("пик paged_decode", peak.bytes, allowed),
-                            ("K и V одной головы", one_head, allowed)])
-        if peak.bytes > allowed:
-            raise CheckFailed(f"пик памяти {peak.mib:.2f} МиБ больше допуска {allowed / MiB:.2f} МиБ ({case}).\n{table}\n"
-                              "Вероятно, K или V последовательности собраны в один массив (np.concatenate, "
-                              "k_pages[block_table[b]] или k_pages[pages].reshape(...)): читайте страницу за "
-                              "страницей — k_pages[p] — это вид (view), а не копия, — и ведите online softmax.")
-    return table
+        return Bound(peak, allowed, [("пик paged_decode", peak.bytes, allowed), ("K и V одной головы", one_head, allowed)],
+                     lambda table: (
+                         f"пик памяти {peak.mib:.2f} МиБ больше допуска {allowed / MiB:.2f} МиБ ({case}).\n{table}\n"
+                         "Вероятно, K или V последовательности собраны в один массив (np.concatenate, "
+                         "k_pages[block_table[b]] или k_pages[pages].reshape(...)): читайте страницу за "
+                         "страницей — k_pages[p] — это вид (view), а не копия, — и ведите online softmax."))
+
+    return peaks_within(cases, measure)
 
 
 # --- 4. the GPU port -------------------------------------------------------------------------------
