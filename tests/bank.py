@@ -5,6 +5,10 @@ the reference, which must still get full marks) and ``WRONG`` (known mistakes, e
 exactly the checks it names).  Answers replace the reference's answer cells by grade_id; cells
 not named keep the reference answer.  The same bank drives the fast in-process check tests and
 the end-to-end ``nbgrader autograde`` test.
+
+A wrong entry is asserted exactly (tests/test_banks.py): ``loses``, the checks it fails; ``mistakes``, the
+known mistakes its failures name (the verdicts' ``mistake`` field, :mod:`autograder.checks.mistakes`),
+empty when none may be named; ``says``, a phrase one of the failure messages contains.
 """
 from __future__ import annotations
 
@@ -27,11 +31,14 @@ class Submission:
     name: str
     answers: dict[str, str]
     loses: frozenset[str] = frozenset()
-    says: str | None = None  # a phrase the first lost check's message must contain
+    says: str | None = None  # a phrase the first failure message of some lost check must contain
+    mistakes: frozenset[str] = frozenset()  # exactly the known mistakes its failures name (none: they name none)
 
 
-def wrong(name: str, answers: dict[str, str], loses, says: str | None = None) -> Submission:
-    return Submission(name, answers, frozenset(loses), says)
+def wrong(name: str, answers: dict[str, str], loses, says: str | None = None, *, mistakes=()) -> Submission:
+    """A known-wrong submission; ``mistakes``: the known mistake (or the set of them) its failures name."""
+    return Submission(name, answers, frozenset(loses), says,
+                      frozenset([mistakes] if isinstance(mistakes, str) else mistakes))
 
 
 def correct(name: str, answers: dict[str, str]) -> Submission:

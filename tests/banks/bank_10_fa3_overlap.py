@@ -188,37 +188,37 @@ def random_hadamard(d, seed):
 WRONG = [
     wrong("makespan_summed_not_overlapped", pipelined("""
     return n_tiles * (t_load + 2 * t_gemm + t_softmax)
-"""), {"lesson10.makespan_pipelined"}, says="время сложено, а не перекрыто"),
+"""), {"lesson10.makespan_pipelined"}, says="время сложено, а не перекрыто", mistakes='время сложено, а не перекрыто: n·(t_load + 2·t_gemm + t_softmax)'),
     wrong("single_stage_treated_as_overlapping", pipelined("""
     compute = 2 * t_gemm + t_softmax
     return t_load + compute + (n_tiles - 1) * max(t_load, compute)
-"""), {"lesson10.single_stage"}, says="кольцо из одной ячейки считается перекрывающим"),
+"""), {"lesson10.single_stage"}, says="кольцо из одной ячейки считается перекрывающим", mistakes='кольцо из одной ячейки считается перекрывающим (формула для S ≥ 2)'),
     wrong("no_prologue_epilogue", pipelined("""
     if stages == 1:
         return makespan_sequential(n_tiles, t_load, t_gemm, t_softmax)
     return n_tiles * max(t_load, 2 * t_gemm + t_softmax)
-"""), {"lesson10.makespan_pipelined"}, says="нет пролога и эпилога"),
+"""), {"lesson10.makespan_pipelined"}, says="нет пролога и эпилога", mistakes='нет пролога и эпилога: n·max(t_load, c)'),
     wrong("one_gemm_per_tile", {"makespan_sequential": """
 def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
     return n_tiles * (t_load + t_gemm + t_softmax)
-"""}, {"lesson10.makespan_sequential", "lesson10.single_stage"}, says="один GEMM"),
+"""}, {"lesson10.makespan_sequential", "lesson10.single_stage"}, says="один GEMM", mistakes='на тайл посчитан один GEMM, а их два (Q K^T и P V)'),
     wrong("copy_bound_against_one_gemm", copy_bound("""
     return t_load > t_gemm + t_softmax
-"""), {"lesson10.copy_bound"}, says="сравнение с одним GEMM"),
+"""), {"lesson10.copy_bound"}, says="сравнение с одним GEMM", mistakes='сравнение с одним GEMM: t_load > t_gemm + t_softmax'),
     wrong("utilisation_over_tensor_span", utilisation("""
     tensor = [e for e in events if e.unit == "tensor"]
     return sum(e.end - e.start for e in tensor) / (max(e.end for e in tensor) - min(e.start for e in tensor))
-"""), {"lesson10.tensor_utilisation"}, says="от первого до последнего GEMM"),
+"""), {"lesson10.tensor_utilisation"}, says="от первого до последнего GEMM", mistakes='делите на промежуток от первого до последнего GEMM, а не на весь makespan'),
     wrong("utilisation_counts_softmax", utilisation("""
     makespan = max(e.end for e in events) - min(e.start for e in events)
     return sum(e.end - e.start for e in events if e.unit != "tma") / makespan
-"""), {"lesson10.tensor_utilisation"}, says="softmax посчитан"),
+"""), {"lesson10.tensor_utilisation"}, says="softmax посчитан", mistakes='softmax посчитан как работа тензорных ядер'),
     wrong("pingpong_not_capped", pingpong("""
     return warpgroups * 2 * t_gemm / (2 * t_gemm + t_softmax)
-"""), {"lesson10.pingpong_utilisation"}, says="нет ограничения сверху"),
+"""), {"lesson10.pingpong_utilisation"}, says="нет ограничения сверху", mistakes='нет ограничения сверху: загрузка больше 100 %'),
     wrong("pingpong_ignores_warpgroups", pingpong("""
     return 2 * t_gemm / (2 * t_gemm + t_softmax)
-"""), {"lesson10.pingpong_utilisation"}, says="число варп-групп не учтено"),
+"""), {"lesson10.pingpong_utilisation"}, says="число варп-групп не учтено", mistakes='число варп-групп не учтено'),
     wrong("overlap_is_sequential", program("""
     prog = []
     for j in range(n_tiles):
@@ -256,23 +256,23 @@ def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
 """, pv="""
         elif op == "gemm_pv":
             O = O + P.pop(j) @ V[rows]
-"""), {"lesson10.program_math_any_order"}, says="O умножается на exp(m_old − m_new) в softmax"),
+"""), {"lesson10.program_math_any_order"}, says="O умножается на exp(m_old − m_new) в softmax", mistakes='O умножается на exp(m_old − m_new) в softmax, до того как к нему добавлен отложенный P V предыдущего тайла'),
     wrong("run_ignores_the_program", {"run_program": """
 def run_program(Q, K, V, program, Bc=64):
     S = (Q @ K.T) / np.float32(np.sqrt(Q.shape[1]))
     P = np.exp(S - S.max(axis=1, keepdims=True))
     return (P @ V) / P.sum(axis=1, keepdims=True)
-"""}, {"lesson10.program_math_any_order"}, says="по всем тайлам"),
+"""}, {"lesson10.program_math_any_order"}, says="по всем тайлам", mistakes='программа не исполняется: внимание посчитано по всем тайлам K, V'),
     wrong("run_without_scale", run(qk="""
         if op == "gemm_qk":
             S[j] = Q @ K[rows].T
-"""), {"lesson10.program_math", "lesson10.program_math_any_order"}, says="нет множителя 1/sqrt(d)"),
+"""), {"lesson10.program_math", "lesson10.program_math_any_order"}, says="нет множителя 1/sqrt(d)", mistakes='нет множителя 1/sqrt(d)'),
     wrong("per_tensor_scale_where_per_block_asked", quantize("""
     amax = np.abs(x).max()
     scale = np.float32(amax / 448)
     n_blocks = -(-x.shape[0] // block)
     return (x / scale).astype(F8), np.full(n_blocks, scale, np.float32)
-"""), {"lesson10.quantize_per_block", "lesson10.block_beats_tensor"}, says="один масштаб на весь тензор"),
+"""), {"lesson10.quantize_per_block", "lesson10.block_beats_tensor"}, says="один масштаб на весь тензор", mistakes='один масштаб на весь тензор (amax всего x / 448), а нужен свой для каждого блока'),
     wrong("quantized_to_e5m2", quantize("""
     n_blocks = -(-x.shape[0] // block)
     scales = np.ones(n_blocks, np.float32)
@@ -296,7 +296,7 @@ def random_hadamard(d, seed):
     while H.shape[0] < d:
         H = np.block([[H, H], [H, -H]])
     return H * np.random.default_rng(seed).choice([-1.0, 1.0], size=d)
-"""), {"lesson10.hadamard", "lesson10.qk_unchanged"}, says="не нормирована"),
+"""), {"lesson10.hadamard", "lesson10.qk_unchanged"}, says="не нормирована", mistakes={'H не нормирована: Q Kᵀ выросло в d = 128 раз', 'H не нормирована: Q Kᵀ выросло в d = 64 раз', 'матрица Адамара не нормирована: нет множителя 1/√d'}),
     wrong("hadamard_without_random_signs", hadamard(h="""
 def random_hadamard(d, seed):
     H = np.ones((1, 1))
@@ -307,9 +307,9 @@ def random_hadamard(d, seed):
     wrong("only_q_rotated", hadamard(incoherent="""
 def incoherent_qk(Q, K, seed):
     return Q @ random_hadamard(Q.shape[1], seed), K
-"""), {"lesson10.qk_unchanged"}, says="повёрнута только Q"),
+"""), {"lesson10.qk_unchanged"}, says="повёрнута только Q", mistakes='повёрнута только Q, K осталась прежней'),
     wrong("different_h_for_q_and_k", hadamard(incoherent="""
 def incoherent_qk(Q, K, seed):
     return Q @ random_hadamard(Q.shape[1], seed), K @ random_hadamard(K.shape[1], seed + 1)
-"""), {"lesson10.qk_unchanged"}, says="разные матрицы"),
+"""), {"lesson10.qk_unchanged"}, says="разные матрицы", mistakes='Q и K умножены на разные матрицы (нужна одна и та же H, из одного seed)'),
 ]
