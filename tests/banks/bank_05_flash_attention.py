@@ -235,7 +235,7 @@ def flash_attention_v2(Q, K, V, Br=64, Bc=64, causal=False):
     wrong("v1_skip_by_block_index", v1(("if causal and j0 > i1 - 1:", "if causal and j0 // Bc > i0 // Br:")),
           fa1("equivalence", "causal_work"), says="по номерам", mistakes='блоки пропускаются по номерам (j > i): верно только при Br = Bc'),
     wrong("v1_correction_inverted", v1(("c = np.exp(m_old - m_new)", "c = np.exp(m_new - m_old)")),
-          fa1("equivalence", "stability"), says="перевёрнут"),
+          fa1("equivalence", "stability"), says="множитель пересчёта — exp(m_old − m_new)"),
     wrong("v1_tracing_lost_by_np_asarray", v1(("    n, d = Q.shape\n", "    Q, K = np.asarray(Q), np.asarray(K)\n    n, d = Q.shape\n")),
           fa1("causal_work"), says="np.asarray"),
     wrong("v1_m_not_updated", v1(("m[i0:i1], l[i0:i1] = m_new, l_new", "l[i0:i1] = l_new")),

@@ -166,8 +166,8 @@ def merge_partials(o_parts, lse_parts):
                                           "o = o_parts.mean(axis=0)"), {MERGE, SPLITS, LARGE}, says="без весов", mistakes={'слияние без весов: o — среднее o_s', 'слияние частей без весов: o — среднее o_s'}),
     wrong("merge_nan_when_all_empty", edited("merge_partials", "m_safe = np.where(np.isfinite(m), m, np.float32(0))", "m_safe = m"),
           {MERGE}, says="все части пусты", mistakes='все части пусты (lse = −inf): exp(−inf − (−inf)) = NaN вместо o = 0, lse = −inf'),
-    wrong("merge_lse_is_max", edited("merge_partials", "lse = m_safe + np.log(total)", "lse = m_safe + 0 * total"),
-          {MERGE}, says="lse = max"),  # paged_decode keeps only o: a wrong lse of the last merge is lost
+    wrong("merge_lse_is_max", edited("merge_partials", "lse = m_safe + np.log(total)", "lse = m"),
+          {MERGE}, says="lse = max", mistakes='lse = max lse_s (без логарифма суммы)'),  # paged_decode keeps only o: a wrong lse of the last merge is lost
     wrong("gathers_the_sequence", {"paged_decode": REFERENCE["paged_decode"].replace(
         "                for j in range(s * per, min((s + 1) * per, n_pages)):",
         "                K_all = k_pages[block_table[b, :n_pages]]     # a copy of the whole sequence\n"

@@ -157,8 +157,18 @@ def _values(got, n: int, d: int, case: str, name: str) -> np.ndarray:
     return require_array(got, shape=(n, d), dtype="float32", case=case, name=f"результат {name}")
 
 
+#: Said when the output has NaN/inf: no variant can be named from a value without numbers, and in
+#: this lesson both ways of getting one start in the first block, where m_old = −inf.
+NAN_HINT = ("NaN/inf возникают, когда exp получает +inf: в первом блоке m_old = −inf, поэтому множитель "
+            "пересчёта — exp(m_old − m_new) (он равен 0), а P = exp(S − m_new) считается уже с новым "
+            "максимумом; проверьте оба.")
+
+
 def _compare_named(got, Q, K, V, c: dict, causal: bool, case: str, *, atol=None, hint: str = ""):
     """Compare with the float64 oracle; on a mismatch name the known mistake the output matches."""
+    with np.errstate(all="ignore"):
+        if not hint and not np.isfinite(got).all():
+            hint = NAN_HINT
     return compare_or_name(got, reference.attention(Q, K, V, causal=causal), inputs=(Q, K, V, c["Br"], c["Bc"], causal),
                            variants=MISTAKES, case=case, atol=atol, hint=hint)
 
