@@ -382,55 +382,30 @@ def _contract(fn, name: str, cases) -> str:
 
 # --- lesson05 registrations -----------------------------------------------------------------
 
-@check("lesson05.fa1_equivalence", points=3, title="flash_attention: совпадает с эталоном float64")
-def fa1_equivalence(flash_attention, cases=EQUIVALENCE_CASES):
-    return _equivalence(flash_attention, "flash_attention", cases)
+#: The checks both functions get, each as (id after ``fa1_``/``fa2_``, points, title after the function's
+#: name, the check's body, its cases).
+SHARED_CHECKS = [
+    ("equivalence", 3, "совпадает с эталоном float64", _equivalence, EQUIVALENCE_CASES),
+    ("memory", 2, "пик памяти в 10 раз ниже наивного", _memory, MEMORY_CASES),
+    ("causal_work", 2, "causal пропускает блоки над диагональю", _causal_work, WORK_CASES),
+    ("stability", 2, "большие логиты (Q·100, K = −100·Q)", _stability, STABILITY_CASES),
+    ("contract", 1, "входы не меняются, выход float32", _contract, CONTRACT_CASES),
+]
 
 
-@check("lesson05.fa1_memory", points=2, title="flash_attention: пик памяти в 10 раз ниже наивного")
-def fa1_memory(flash_attention, cases=MEMORY_CASES):
-    return _memory(flash_attention, "flash_attention", cases)
+def _shared_check(prefix: str, name: str, suffix: str, body, default_cases):
+    """``lesson05.{prefix}_{suffix}``: ``body`` run on the student's ``name``."""
+    def run(function, cases=default_cases):
+        return body(function, name, cases)
+
+    run.__name__ = run.__qualname__ = f"{prefix}_{suffix}"
+    return run
 
 
-@check("lesson05.fa1_causal_work", points=2, title="flash_attention: causal пропускает блоки над диагональю")
-def fa1_causal_work(flash_attention, cases=WORK_CASES):
-    return _causal_work(flash_attention, "flash_attention", cases)
-
-
-@check("lesson05.fa1_stability", points=2, title="flash_attention: большие логиты (Q·100, K = −100·Q)")
-def fa1_stability(flash_attention, cases=STABILITY_CASES):
-    return _stability(flash_attention, "flash_attention", cases)
-
-
-@check("lesson05.fa1_contract", points=1, title="flash_attention: входы не меняются, выход float32")
-def fa1_contract(flash_attention, cases=CONTRACT_CASES):
-    return _contract(flash_attention, "flash_attention", cases)
-
-
-@check("lesson05.fa2_equivalence", points=3, title="flash_attention_v2: совпадает с эталоном float64")
-def fa2_equivalence(flash_attention_v2, cases=EQUIVALENCE_CASES):
-    return _equivalence(flash_attention_v2, "flash_attention_v2", cases)
-
-
-@check("lesson05.fa2_memory", points=2, title="flash_attention_v2: пик памяти в 10 раз ниже наивного")
-def fa2_memory(flash_attention_v2, cases=MEMORY_CASES):
-    return _memory(flash_attention_v2, "flash_attention_v2", cases)
-
-
-@check("lesson05.fa2_causal_work", points=2,
-       title="flash_attention_v2: causal пропускает блоки над диагональю")
-def fa2_causal_work(flash_attention_v2, cases=WORK_CASES):
-    return _causal_work(flash_attention_v2, "flash_attention_v2", cases)
-
-
-@check("lesson05.fa2_stability", points=2, title="flash_attention_v2: большие логиты (Q·100, K = −100·Q)")
-def fa2_stability(flash_attention_v2, cases=STABILITY_CASES):
-    return _stability(flash_attention_v2, "flash_attention_v2", cases)
-
-
-@check("lesson05.fa2_contract", points=1, title="flash_attention_v2: входы не меняются, выход float32")
-def fa2_contract(flash_attention_v2, cases=CONTRACT_CASES):
-    return _contract(flash_attention_v2, "flash_attention_v2", cases)
+for _prefix, _name in (("fa1", "flash_attention"), ("fa2", "flash_attention_v2")):
+    for _suffix, _points, _title, _body, _cases in SHARED_CHECKS:
+        check(f"lesson05.{_prefix}_{_suffix}", points=_points, title=f"{_name}: {_title}")(
+            _shared_check(_prefix, _name, _suffix, _body, _cases))
 
 
 ORDER_CASES = [{"n": 128, "d": 32, "Br": 32, "Bc": 32, "seed": 30}]
