@@ -22,7 +22,7 @@ import numpy as np
 
 from ...gpu import runtime as gpu, nvrtc
 from ...checks.core import CheckFailed, check, describe_case, require_unchanged
-from ...gpu.sanitizer import sanitizer_check
+from ...gpu.sanitizer import sanitizer_verdict
 from ...checks.inputs import normal
 from ...checks.mistakes import compare_or_name
 
@@ -217,12 +217,8 @@ def _memory(kernel: str, fn, cases) -> str:
 
 def _sanitizer(kernel: str, fn, cases, *, races: bool) -> str:
     name, params, _ = INPUTS[kernel]
-    done = []
-    for c in cases:
-        RUN[kernel](fn, c)
-        case = describe_case(**c)
-        done += sanitizer_check(fn, f"{__name__}:{name}", {p: c[p] for p in params}, case, races=races)
-    return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
+    return sanitizer_verdict(fn, f"{__name__}:{name}", cases, lambda c: RUN[kernel](fn, c), races=races,
+                             params=params)
 
 
 # --- the checks -------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 from ...gpu import runtime as gpu, nvrtc
 from ...checks import reference
 from ...checks.core import CheckFailed, check, describe_case
-from ...gpu.sanitizer import sanitizer_check
+from ...gpu.sanitizer import sanitizer_verdict
 from ...checks.inputs import normal
 from ...checks.mistakes import compare_or_name
 
@@ -121,12 +121,8 @@ def memory(fused_rms_norm_gpu, cases=({"T": 4096, "D": 1024, "seed": 7},)):
 @gpu.gpu_check("lesson07.sanitizer", points=1, timeout_s=150,
                title="GPU: нет выходов за границы и гонок (compute-sanitizer memcheck, racecheck)")
 def sanitizer(fused_rms_norm_gpu, cases=({"T": 3, "D": 1000, "seed": 8},)):
-    done = []
-    for c in cases:
-        _run_case(fused_rms_norm_gpu, c)
-        done += sanitizer_check(fused_rms_norm_gpu, f"{__name__}:sanitizer_inputs", c, describe_case(**c),
-                                    races=True)
-    return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
+    return sanitizer_verdict(fused_rms_norm_gpu, f"{__name__}:sanitizer_inputs", cases,
+                             lambda c: _run_case(fused_rms_norm_gpu, c), races=True)
 
 
 def naive_rms_norm(x, w, eps=1e-6):
