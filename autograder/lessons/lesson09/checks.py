@@ -18,25 +18,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...gpu import runtime as gpu, nvrtc
+from ...gpu import attention, runtime as gpu, nvrtc
+from ...gpu.attention import CAUSAL, TAILS, VISIBLE  # noqa: F401  (the lesson's cases, tests read them here)
 from ...checks import reference
 from ...checks.core import CheckFailed, check, describe_case
 from ...checks.inputs import normal
 from ...checks.mistakes import failure, identify
-from ...gpu.sanitizer import sanitizer_check
 
 WHAT_MMA = "mma_matmul_gpu"
 WHAT = "flash_attention_tc_gpu"
-MiB = 2**20
 U16 = 2.0**-11   # float16 unit roundoff (10 stored mantissa bits)
 U32 = 2.0**-24   # float32 unit roundoff
 
 MMA_VISIBLE = [{"M": 64, "N": 64, "K": 64, "seed": 0}, {"M": 100, "N": 37, "K": 77, "seed": 1},
                {"M": 1, "N": 5, "K": 3, "seed": 2}]
-VISIBLE = [{"H": 2, "n": 256, "d": 64, "seed": 0}, {"H": 1, "n": 128, "d": 128, "seed": 1}]
-TAILS = [{"H": 2, "n": 100, "d": 64, "seed": 2}, {"H": 1, "n": 1, "d": 64, "seed": 3},
-         {"H": 1, "n": 77, "d": 128, "seed": 4, "causal": True}]
-CAUSAL = [{"H": 2, "n": 256, "d": 64, "seed": 5}, {"H": 1, "n": 384, "d": 128, "seed": 6}]
+
+#: The lesson's part of the checks of values (autograder.gpu.attention.register_checks).
+HINTS = {"equivalence": "проверьте оба MMA (фрагменты K без .trans, V — с .trans), перемасштабирование "
+                        "O и l множителем 2^(m_old − m_new) и сборку фрагментов P из s[2kk] и s[2kk + 1]",
+         "causal": "ключ j виден запросу i при j ≤ i: у элемента e фрагмента s[nn] ключ "
+                   "k0 + 8·nn + 2t + (e & 1), строка r0 (e < 2) или r0 + 8"}
+VERDICTS = {"equivalence": lambda worst: f"худшая ошибка — {worst:.2f} от допуска 2·2⁻¹¹·(P·|V| + |O|)",
+            "causal": lambda worst: f"худшая ошибка — {worst:.2f} от допуска"}
+
 CAUSAL_TILE_RATIO = gpu.CAUSAL_TILE_RATIO
 
 
@@ -248,11 +252,8 @@ MISTAKES = {
 
 
 def _run(fn, c: dict, *, causal: bool, counter=None):
-    q, k, v = _inputs(c["H"], c["n"], c["d"], c["seed"])
-    case = describe_case(**{**c, "causal": causal})
-    kwargs = {"causal": causal} if counter is None else {"causal": causal, "tile_counter": counter}
-    got = gpu.run_student(fn, gpu.device(q), gpu.device(k), gpu.device(v), case=case, what=WHAT, **kwargs)
-    return (q, k, v), gpu.to_host(got, shape=q.shape, case=case, dtype=np.float16), case
+    return attention.run_attention(fn, _inputs(c["H"], c["n"], c["d"], c["seed"]), c, causal=causal,
+                                   counter=counter, what=WHAT, dtype=np.float16)
 
 
 def _check_case(fn, c: dict, *, causal: bool, counter=None, hint: str = "") -> float:
@@ -279,97 +280,24 @@ def flash_compiles(source):
     return nvrtc.compile_check(source, ("flash_attention_tc_d64", "flash_attention_tc_d128"), what="FLASH_TC_SRC")
 
 
-@gpu.gpu_check("lesson09.equivalence", points=3, title="GPU: совпадение с эталоном float64 (без маски)")
-def equivalence(flash_attention_tc_gpu, cases=VISIBLE):
-    worst = max(_check_case(flash_attention_tc_gpu, c, causal=False,
-                            hint="проверьте оба MMA (фрагменты K без .trans, V — с .trans), перемасштабирование "
-                                 "O и l множителем 2^(m_old − m_new) и сборку фрагментов P из s[2kk] и s[2kk + 1]")
-                for c in cases)
-    return f"худшая ошибка — {worst:.2f} от допуска 2·2⁻¹¹·(P·|V| + |O|)"
+def _memory(fn, cases) -> str:
+    def compare(got, host, case):
+        _compare(gpu.to_host(got, shape=host[0].shape, case=case, dtype=np.float16), host, False, case=case)
 
-
-@gpu.gpu_check("lesson09.tails", points=2, title="GPU: n не кратно размеру тайла")
-def tails(flash_attention_tc_gpu, cases=TAILS):
-    for c in cases:
-        _check_case(flash_attention_tc_gpu, c, causal=c.get("causal", False),
-                    hint="строки Q и ключи за пределами n: загружайте нули, ключи j ≥ n маскируйте −inf, "
-                         "строки i ≥ n не записывайте")
-    return "хвосты обработаны: " + "; ".join(f"n={c['n']}, d={c['d']}" for c in cases)
-
-
-@gpu.gpu_check("lesson09.causal", points=2, title="GPU: causal-маска совпадает с эталоном")
-def causal(flash_attention_tc_gpu, cases=CAUSAL):
-    worst = max(_check_case(flash_attention_tc_gpu, c, causal=True,
-                            hint="ключ j виден запросу i при j ≤ i: у элемента e фрагмента s[nn] ключ "
-                                 "k0 + 8·nn + 2t + (e & 1), строка r0 (e < 2) или r0 + 8")
-                for c in cases)
-    return f"худшая ошибка — {worst:.2f} от допуска"
-
-
-def allowed_extra_bytes(H: int, n: int) -> int:
-    """Device memory beyond the output: per-row statistics (m, l), a counter and 1 MiB."""
-    return MiB + 16 * H * n
-
-
-@gpu.gpu_check("lesson09.memory", points=1, title="GPU: нет выделений размера (n, n)")
-def memory(flash_attention_tc_gpu, cases=({"H": 2, "n": 2048, "d": 64, "seed": 9},)):
-    for c in cases:
-        H, n, d = c["H"], c["n"], c["d"]
-        host = _inputs(H, n, d, c["seed"])
-        q, k, v = (gpu.device(a) for a in host)
-        case = describe_case(**c)
-        with gpu.DeviceAllocations() as seen:
-            got = gpu.run_student(flash_attention_tc_gpu, q, k, v, case=case, what=WHAT, causal=False)
-        _compare(gpu.to_host(got, shape=q.shape, case=case, dtype=np.float16), host, False, case=case)
-        output = H * n * d * 2
-        extra = seen.total - output
-        if extra > allowed_extra_bytes(H, n):
-            raise CheckFailed(
-                f"на устройстве выделено {seen.total / MiB:.1f} МиБ за вызов ({len(seen.sizes)} выделений, самое "
-                f"большое {seen.largest / MiB:.1f} МиБ), а выход O занимает {output / MiB:.1f} МиБ; сверх "
-                f"выхода допустимо {allowed_extra_bytes(H, n) / MiB:.2f} МиБ ({case}).\n"
-                f"Матрица S одной головы — это n·n·4 = {n * n * 4 / MiB:.0f} МиБ: FlashAttention не хранит "
-                "её в глобальной памяти — фрагменты S и P живут в регистрах варпа.")
-        return (f"выделено {seen.total / MiB:.2f} МиБ при выходе {output / MiB:.2f} МиБ "
-                f"(матрица S заняла бы {H * n * n * 4 / MiB:.0f} МиБ)")
+    return attention.memory_verdict(fn, cases, inputs=_inputs, compare=compare, what=WHAT, itemsize=2,
+                                    where_s="фрагменты S и P живут в регистрах варпа")
 
 
 def performance_report(fn, H: int = 16, n: int = 4096, d: int = 64) -> str:
     """Feedback, not graded: TFLOP/s next to SDPA in float16 and in float32 (lesson 08's level)."""
-    q, k, v = (gpu.device(a) for a in _inputs(H, n, d, 11))
-    case = describe_case(H=H, n=n, d=d)
-    lines, times = [], {}
-    for is_causal in (False, True):
-        ms = gpu.time_student(fn, q, k, v, is_causal, case=case, what=WHAT, repeat=3, rounds=3)
-        times[is_causal] = ms
-        flops = gpu.attention_flops(H, n, d, is_causal)
-        line = f"{'causal' if is_causal else 'без маски'}: ваше ядро {ms:.2f} мс = {flops / ms / 1e9:.1f} TFLOP/s"
+    def others(q, k, v, causal):
         for dtype, label in (("float16", "SDPA f16"), ("float32", "SDPA fp32 (уровень ядра урока 08)")):
-            sdpa = gpu.sdpa_ms(q, k, v, is_causal, dtype)
-            if sdpa:
-                line += f"; {label} {flops / sdpa / 1e9:.1f}"
-        lines.append(line + " TFLOP/s")
-    lines.append(f"время causal / без маски = {times[True] / times[False]:.2f} (с пропуском тайлов у быстрого ядра "
-                 "около 0.5–0.7; оценивается счётчик тайлов, а не время)")
-    return f"Производительность ({case}, не оценивается):\n" + "\n".join(lines)
+            yield label, gpu.sdpa_ms(q, k, v, causal, dtype)
+
+    return attention.performance_report(fn, _inputs, H, n, d, what=WHAT, others=others,
+                                        note="с пропуском тайлов у быстрого ядра около 0.5–0.7; оценивается "
+                                             "счётчик тайлов, а не время")
 
 
-@gpu.gpu_check("lesson09.causal_skip", points=2, title="GPU: causal пропускает тайлы над диагональю (счётчик)",
-               timeout_s=120)
-def causal_skip(flash_attention_tc_gpu, cases=({"H": 2, "n": 1024, "d": 64, "seed": 10},)):
-    def run_case(c, is_causal, counter):
-        _check_case(flash_attention_tc_gpu, c, causal=is_causal, counter=counter)
-
-    detail = gpu.causal_tile_counts(run_case, cases, rows="BR")
-    return detail + "\n" + performance_report(flash_attention_tc_gpu)
-
-
-@gpu.gpu_check("lesson09.sanitizer", points=1, timeout_s=150,
-               title="GPU: нет выходов за границы и гонок (compute-sanitizer memcheck, racecheck)")
-def sanitizer(flash_attention_tc_gpu, cases=({"H": 1, "n": 100, "d": 64, "seed": 12},)):
-    done = []
-    for c in cases:
-        _check_case(flash_attention_tc_gpu, c, causal=False)
-        done += sanitizer_check(flash_attention_tc_gpu, f"{__name__}:sanitizer_inputs", c, describe_case(**c),
-                                races=True)
-    return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
+attention.register_checks("lesson09", _check_case, _memory, performance_report,
+                          hints=HINTS, verdicts=VERDICTS, rows="BR", inputs=f"{__name__}:sanitizer_inputs")
