@@ -209,6 +209,35 @@ def random_row(rng: np.random.Generator, n: int, d: int, spread: float = 3.0):
     return offset + spread * rng.standard_normal(n), rng.standard_normal((n, d))
 
 
+def blocks_match(functions, scores, values, bounds, *, case: str, hint: str = "") -> None:
+    """``functions`` (init, update, finalize) fed the blocks in order (the invariant after each, run_blocks)
+    end with softmax(scores) @ values."""
+    init, update, finalize = functions
+    state = run_blocks(init, update, scores, values, bounds, case=case)
+    _check_result(_finalize(finalize, state, values.shape[1], case), softmax_average(scores, values),
+                  case=case, hint=hint)
+
+
+def random_blocks(functions, cases, *, shuffled: bool) -> str:
+    """Random rows split into random blocks (:func:`blocks_match` on each), fed in order or ``shuffled``:
+    per case its seed and number of trials; n in [1, 40) (in [2, 40) when shuffled), d in [1, 6)."""
+    for c in cases:
+        rng = np.random.default_rng(c["seed"])
+        for trial in range(c["trials"]):
+            n, d = int(rng.integers(2 if shuffled else 1, 40)), int(rng.integers(1, 6))
+            scores, values = random_row(rng, n, d)
+            bounds = random_bounds(n, rng)
+            if shuffled:
+                bounds = [bounds[i] for i in rng.permutation(len(bounds))]
+                shown = {"порядок_блоков": bounds}
+            else:
+                shown = {"блоки": [b - a for a, b in bounds]}
+            blocks_match(functions, scores, values, bounds,
+                         case=describe_case(seed=c["seed"], проба=trial, n=n, d=d, **shown),
+                         hint="Блоки пришли не по порядку: результат от этого зависеть не должен." if shuffled else "")
+    return f"{sum(c['trials'] for c in cases)} случайных {'порядков' if shuffled else 'разбиений'}"
+
+
 # --- checks ---------------------------------------------------------------------------------
 
 @check("lesson04.init", points=1, title="online_softmax_init: пустое состояние (−inf, 0, 0)")
@@ -282,35 +311,15 @@ def update_step(online_softmax_update, cases=({"seed": 0, "d": 4},)):
 @check("lesson04.block_sizes", points=1, title="Любые размеры блоков: инвариант после каждого блока")
 def block_sizes(online_softmax_init, online_softmax_update, online_softmax_finalize,
                 cases=({"seed": 1, "trials": 25},)):
-    for c in cases:
-        rng = np.random.default_rng(c["seed"])
-        for trial in range(c["trials"]):
-            n, d = int(rng.integers(1, 40)), int(rng.integers(1, 6))
-            scores, values = random_row(rng, n, d)
-            bounds = random_bounds(n, rng)
-            case = describe_case(seed=c["seed"], проба=trial, n=n, d=d,
-                                 блоки=[b - a for a, b in bounds])
-            state = run_blocks(online_softmax_init, online_softmax_update, scores, values, bounds, case=case)
-            _check_result(_finalize(online_softmax_finalize, state, d, case), softmax_average(scores, values),
-                          case=case)
-    return f"{sum(c['trials'] for c in cases)} случайных разбиений"
+    return random_blocks((online_softmax_init, online_softmax_update, online_softmax_finalize), cases,
+                         shuffled=False)
 
 
 @check("lesson04.block_order", points=1, title="Любой порядок блоков даёт тот же результат")
 def block_order(online_softmax_init, online_softmax_update, online_softmax_finalize,
                 cases=({"seed": 2, "trials": 20},)):
-    for c in cases:
-        rng = np.random.default_rng(c["seed"])
-        for trial in range(c["trials"]):
-            n, d = int(rng.integers(2, 40)), int(rng.integers(1, 6))
-            scores, values = random_row(rng, n, d)
-            bounds = random_bounds(n, rng)
-            order = [bounds[i] for i in rng.permutation(len(bounds))]
-            case = describe_case(seed=c["seed"], проба=trial, n=n, d=d, порядок_блоков=order)
-            state = run_blocks(online_softmax_init, online_softmax_update, scores, values, order, case=case)
-            _check_result(_finalize(online_softmax_finalize, state, d, case), softmax_average(scores, values),
-                          case=case, hint="Блоки пришли не по порядку: результат от этого зависеть не должен.")
-    return f"{sum(c['trials'] for c in cases)} случайных порядков"
+    return random_blocks((online_softmax_init, online_softmax_update, online_softmax_finalize), cases,
+                         shuffled=True)
 
 
 @check("lesson04.masked_blocks", points=1, title="Полностью замаскированные блоки (−inf) до и после настоящих")
@@ -329,11 +338,8 @@ def masked_blocks(online_softmax_init, online_softmax_update, online_softmax_fin
             scores = np.concatenate([np.full(3, -np.inf) if b is None else b for b in blocks])
             values = rng.standard_normal((scores.size, d))
             edges = np.cumsum([0] + [3 if b is None else b.size for b in blocks])
-            case = describe_case(**c, блоки=label)
-            state = run_blocks(online_softmax_init, online_softmax_update, scores, values,
-                               list(zip(edges[:-1], edges[1:])), case=case)
-            _check_result(_finalize(online_softmax_finalize, state, d, case), softmax_average(scores, values),
-                          case=case)
+            blocks_match((online_softmax_init, online_softmax_update, online_softmax_finalize), scores, values,
+                         list(zip(edges[:-1], edges[1:])), case=describe_case(**c, блоки=label))
     return "замаскированные блоки не меняют состояние и не дают NaN"
 
 
@@ -352,11 +358,10 @@ def huge_logits(online_softmax_init, online_softmax_update, online_softmax_final
         for label, scores in rows.items():
             values = rng.standard_normal((n, d))
             bounds = [(a, min(a + size, n)) for a in range(0, n, size)]
-            case = describe_case(**c, скоры=label)
-            state = run_blocks(online_softmax_init, online_softmax_update, scores, values, bounds, case=case)
-            _check_result(_finalize(online_softmax_finalize, state, d, case), softmax_average(scores, values),
-                          case=case, hint="Все экспоненты — от текущего максимума: exp(s − m) ≤ 1 и "
-                                          "exp(m_old − m_new) ≤ 1, поэтому переполнения нет при любых логитах.")
+            blocks_match((online_softmax_init, online_softmax_update, online_softmax_finalize), scores, values,
+                         bounds, case=describe_case(**c, скоры=label),
+                         hint="Все экспоненты — от текущего максимума: exp(s − m) ≤ 1 и "
+                              "exp(m_old − m_new) ≤ 1, поэтому переполнения нет при любых логитах.")
     return "±1e4 без inf и NaN"
 
 
