@@ -21,7 +21,7 @@ import numpy as np
 from ...gpu import attention, runtime as gpu, nvrtc
 from ...gpu.attention import CAUSAL, TAILS, VISIBLE  # noqa: F401  (the lesson's cases, tests read them here)
 from ...checks import reference
-from ...checks.core import CheckFailed, check, describe_case
+from ...checks.core import CheckFailed, check, describe_case, first_wrong, nonfinite_failure
 from ...checks.inputs import normal
 from ...checks.mistakes import failure, identify
 
@@ -113,22 +113,16 @@ def compare_bound(got, expected, tol, *, case: str, hint: str = "", name: str = 
         got64 = got.astype(np.float64)
         bad_values = ~np.isfinite(got64)
         if bad_values.any():
-            index = tuple(int(i) for i in np.argwhere(bad_values)[0])
-            raise CheckFailed(f"{name} содержит {int(bad_values.sum())} значений NaN/inf (случай: {case}); первое в "
-                              f"позиции {index}: {got[index]!r}, ожидалось {expected[index]:.6g}."
-                              + (f"\nПодсказка: {hint}" if hint else ""))
+            raise nonfinite_failure(got, expected, bad_values, case=case, hint=hint, name=name)
         error = np.abs(got64 - expected)
         bad = error > tol
     if bad.any():
-        index = tuple(int(i) for i in np.argwhere(bad)[0])
         worst = tuple(int(i) for i in np.unravel_index(np.argmax(error / tol), error.shape))
         raise CheckFailed(
             f"{name} не совпадает с эталоном float64 (случай: {case}).\n"
             f"Макс. ошибка {float(error.max()):.3g}; в худшем элементе {worst} ошибка {float(error[worst]):.3g} "
             f"при допуске {float(tol[worst]):.3g} (допуск из округления до 16 бит, см. урок); неверных элементов "
-            f"{int(bad.sum())} из {bad.size}.\n"
-            f"Первый неверный индекс {index}: получено {float(got64[index]):.6g}, ожидалось {float(expected[index]):.6g}."
-            + (f"\nПодсказка: {hint}" if hint else ""))
+            f"{int(bad.sum())} из {bad.size}.\n" + first_wrong(got64, expected, bad, hint))
     return float(error.max()) if error.size else 0.0
 
 
