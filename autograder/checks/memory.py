@@ -17,7 +17,7 @@ from tracemalloc import (clear_traces as _clear_traces, get_traced_memory as _ge
 
 from typing import Callable, Iterable
 
-from .core import CheckFailed, call_student, describe_case
+from .core import CheckFailed, call_student, compare, describe_case
 
 MiB = 2**20
 
@@ -51,6 +51,15 @@ def measure_peak(function, *args, case: str, what: str = "функция", **kwa
     return Peak(int(peak), result)
 
 
+def checked_peak(function, args: tuple, expected: Callable[[], object], *, case: str, what: str,
+                 **tolerance) -> Peak:
+    """:func:`measure_peak` of ``function(*args)``, whose result must then match ``expected()``
+    (:func:`checks.core.compare`, with ``tolerance``)."""
+    peak = measure_peak(function, *args, case=case, what=what)
+    compare(peak.result, expected(), case=case, **tolerance)
+    return peak
+
+
 def peak_table(rows: list[tuple[str, float, float]]) -> str:
     """A small text table: what, peak MiB, allowed MiB, ratio."""
     lines = [f"{'что':<28}{'пик, МиБ':>10}{'допуск, МиБ':>13}{'доля':>7}"]
@@ -69,6 +78,11 @@ class Bound:
     allowed: float
     rows: list[tuple[str, float, float]]
     too_much: Callable[[str], str]
+
+
+def one_row(peak: Peak, allowed: float, label: str, too_much: Callable[[str], str]) -> Bound:
+    """The :class:`Bound` of a case that is one row of the table: ``label``, its peak, what it may take."""
+    return Bound(peak, allowed, [(label, peak.bytes, allowed)], too_much)
 
 
 def peaks_within(cases: Iterable[dict], measure: Callable[[dict, str], Bound]) -> str:

@@ -11,7 +11,7 @@ from ...checks import reference
 from ...checks.core import (CheckFailed, call_student, check, compare, describe_case, require_array,
                             require_unchanged, tolerance)
 from ...checks.inputs import normal
-from ...checks.memory import Bound, MiB, measure_peak, peaks_within
+from ...checks.memory import Bound, MiB, checked_peak, measure_peak, one_row, peaks_within
 from ...checks.mistakes import arrays_close, compare_or_name, failure, identify
 
 
@@ -138,11 +138,10 @@ def memory_bound(T: int, D: int) -> int:
 def memory(fused_rms_norm, cases=({"T": 2048, "D": 1024, "seed": 11},)):
     def measure(c, case) -> Bound:
         x, w = _case_inputs(c["T"], c["D"], c["seed"])
-        peak = measure_peak(fused_rms_norm, x.copy(), w.copy(), 1e-6, case=case, what="fused_rms_norm")
-        compare(peak.result, reference.rms_norm(x, w, 1e-6), case=case)
-        allowed = memory_bound(c["T"], c["D"])
-        output = c["T"] * c["D"] * 4
-        return Bound(peak, allowed, [(f"T={c['T']}, D={c['D']}", peak.bytes, allowed)], lambda table: (
+        peak = checked_peak(fused_rms_norm, (x.copy(), w.copy(), 1e-6), lambda: reference.rms_norm(x, w, 1e-6),
+                            case=case, what="fused_rms_norm")
+        allowed, output = memory_bound(c["T"], c["D"]), x.nbytes
+        return one_row(peak, allowed, f"T={c['T']}, D={c['D']}", lambda table: (
             f"пик памяти {peak.mib:.1f} МиБ, допустимо {allowed / MiB:.1f} МиБ "
             f"(выход занимает {output / MiB:.1f} МиБ; {case}).\n"
             f"Это {peak.bytes / output:.1f} размера выхода: значит, создаются временные массивы (T, D), "
@@ -198,7 +197,7 @@ def add_memory(fused_add_rms_norm, cases=({"T": 2048, "D": 1024, "seed": 13}, {"
         compare(peak.result[1], h_expected, case=case, name="обновлённый residual (x + residual)")
         output = c["T"] * c["D"] * 4
         allowed = 2 * memory_bound(c["T"], c["D"])  # out and, unless updated in place, the new residual
-        return Bound(peak, allowed, [(f"T={c['T']}, D={c['D']}", peak.bytes, allowed)], lambda table: (
+        return one_row(peak, allowed, f"T={c['T']}, D={c['D']}", lambda table: (
             f"пик памяти {peak.mib:.1f} МиБ, допустимо {allowed / MiB:.1f} МиБ = out + residual "
             f"(один (T, D) массив — {output / MiB:.1f} МиБ; {case}). Сумму x + residual запишите "
             "один раз (можно прямо в residual) и нормируйте её без временных (T, D)."))

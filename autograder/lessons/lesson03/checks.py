@@ -13,7 +13,7 @@ from ...checks import reference
 from ...checks.core import (CheckFailed, call_student, check, compare, describe_case, require_array,
                             require_unchanged)
 from ...checks.inputs import normal
-from ...checks.memory import Bound, MiB, measure_peak, peaks_within
+from ...checks.memory import Bound, MiB, checked_peak, one_row, peaks_within
 from ...checks.mistakes import compare_or_name
 from ...checks.scalars import expect_number
 
@@ -166,11 +166,10 @@ def memory_bound(T: int, I: int) -> int:
 def memory(fused_swiglu, cases=({"T": 512, "D": 1024, "I": 3072, "seed": 4},)):
     def measure(c, case) -> Bound:
         x, w = _case_inputs(c["T"], c["D"], c["I"], c["seed"])
-        peak = measure_peak(fused_swiglu, x.copy(), w.copy(), case=case, what="fused_swiglu")
-        compare(peak.result, _oracle(x, w), case=case, **_tolerance(1.0))
-        allowed = memory_bound(c["T"], c["I"])
-        block = c["T"] * c["I"] * 4
-        return Bound(peak, allowed, [(f"T={c['T']}, D={c['D']}, I={c['I']}", peak.bytes, allowed)], lambda table: (
+        peak = checked_peak(fused_swiglu, (x.copy(), w.copy()), lambda: _oracle(x, w), case=case, what="fused_swiglu",
+                            **_tolerance(1.0))
+        allowed, block = memory_bound(c["T"], c["I"]), c["T"] * c["I"] * 4
+        return one_row(peak, allowed, f"T={c['T']}, D={c['D']}, I={c['I']}", lambda table: (
             f"пик памяти {peak.mib:.1f} МиБ, допустимо {allowed / MiB:.1f} МиБ = выход GEMM (T, 2I) "
             f"{2 * block / MiB:.1f} МиБ + результат (T, I) {block / MiB:.1f} МиБ + запас ({case}).\n"
             f"Это {peak.bytes / block:.1f} массива (T, I): кроме выхода GEMM и результата живут ещё "
