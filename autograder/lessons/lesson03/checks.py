@@ -10,8 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...checks import reference
-from ...checks.core import (CheckFailed, call_student, check, compare, describe_case, require_array,
-                            require_unchanged)
+from ...checks.core import CheckFailed, call_student, check, describe_case, require_array, require_unchanged
 from ...checks.inputs import normal
 from ...checks.memory import Bound, MiB, checked_peak, one_row, peaks_within
 from ...checks.mistakes import compare_or_name
