@@ -3,7 +3,8 @@
 The same contract (``fn(Q, K, V, causal=False, tile_counter=None)`` on (H, n, d) cupy arrays) gives the
 same checks: one run of a case (:func:`run_attention`), the device memory (:func:`memory_verdict`), the
 ungraded timing (:func:`performance_report`) and the six checks :func:`register_checks` registers
-(equivalence, tails, causal, memory, the causal tile counter and compute-sanitizer).  What differs (inputs, oracle, tolerance) a lesson passes in.
+(equivalence, tails, causal, memory, the causal tile counter and compute-sanitizer).  What differs
+(inputs, oracle, tolerance, hints) a lesson passes in.
 """
 from __future__ import annotations
 
