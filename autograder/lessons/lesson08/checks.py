@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...gpu import attention, runtime as gpu, nvrtc
-from ...gpu.attention import CAUSAL, TAILS, VISIBLE  # noqa: F401  (the lesson's cases, tests read them here)
+from ...gpu import runtime as gpu, nvrtc
+from .. import gpu_attention as attention
+from ..gpu_attention import CAUSAL, TAILS, VISIBLE  # noqa: F401  (the lesson's cases, tests read them here)
 from ...checks import reference
 from ...checks.core import check, describe_case
 from ...checks.inputs import normal
@@ -20,7 +21,7 @@ from ...checks.mistakes import compare_or_name
 
 WHAT = "flash_attention_gpu"
 
-#: The lesson's part of the checks of values (autograder.gpu.attention.register_checks).
+#: The lesson's part of the checks of values (autograder.lessons.gpu_attention.register_checks).
 HINTS = {"equivalence": "проверьте перемасштабирование O и l множителем exp(m_old − m_new) при росте "
                         "максимума и деление на l один раз в конце",
          "causal": "ключ j виден запросу i при j ≤ i (позиции в последовательности, а не в тайле)"}

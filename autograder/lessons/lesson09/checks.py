@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...gpu import attention, runtime as gpu, nvrtc
-from ...gpu.attention import CAUSAL, TAILS, VISIBLE  # noqa: F401  (the lesson's cases, tests read them here)
+from ...gpu import runtime as gpu, nvrtc
+from .. import gpu_attention as attention
+from ..gpu_attention import CAUSAL, TAILS, VISIBLE  # noqa: F401  (the lesson's cases, tests read them here)
 from ...checks import reference
 from ...checks.core import CheckFailed, check, describe_case, first_wrong, nonfinite_failure
 from ...checks.inputs import normal
@@ -33,7 +34,7 @@ U32 = 2.0**-24   # float32 unit roundoff
 MMA_VISIBLE = [{"M": 64, "N": 64, "K": 64, "seed": 0}, {"M": 100, "N": 37, "K": 77, "seed": 1},
                {"M": 1, "N": 5, "K": 3, "seed": 2}]
 
-#: The lesson's part of the checks of values (autograder.gpu.attention.register_checks).
+#: The lesson's part of the checks of values (autograder.lessons.gpu_attention.register_checks).
 HINTS = {"equivalence": "проверьте оба MMA (фрагменты K без .trans, V — с .trans), перемасштабирование "
                         "O и l множителем 2^(m_old − m_new) и сборку фрагментов P из s[2kk] и s[2kk + 1]",
          "causal": "ключ j виден запросу i при j ≤ i: у элемента e фрагмента s[nn] ключ "

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..checks.core import CheckFailed, describe_case
-from . import runtime as gpu
-from .sanitizer import sanitizer_verdict
+from ..gpu import runtime as gpu
+from ..gpu.sanitizer import sanitizer_verdict
 
 MiB = 2**20
 
