@@ -54,6 +54,16 @@ def reference_code(lesson: str) -> dict[str, str]:
     return {cell: without_comments(source) for cell, source in grading.reference_answers(lesson).items()}
 
 
+def reference_functions(lesson: str) -> dict:
+    """The reference answers run into a namespace of their own (``np`` imported): name -> what they define."""
+    import numpy as np
+
+    ns = {"np": np}
+    for name, source in grading.reference_answers(lesson).items():
+        exec(compile(source, f"<{name}>", "exec"), ns)
+    return ns
+
+
 def notebook_function(lesson: str, name: str) -> str:
     """The source of the function ``name`` that a code cell of the lesson's source notebook defines (a demo
     the lesson shows, e.g. its naive version), without comments: a bank entry made of the lesson's own code."""
