@@ -7,11 +7,11 @@ import pytest
 
 from autograder.course import paths as course
 
-from autograder.course import grading
 from autograder.course import settings
 from autograder.gpu import runtime as gpu, nvrtc
 from autograder.checks.core import CheckFailed
 from autograder.lessons.lesson09 import checks as l09
+from helpers import scores_of_reference_and_untouched
 
 LESSON = "09_tensor_cores"
 KERNELS = {"mma_source": ("MMA_SRC", ("mma_matmul",)),
@@ -60,10 +60,7 @@ def test_reference_kernels_keep_barriers_out_of_branches():
 @pytest.mark.skipif(gpu.gpu_status()[0], reason="with a GPU the run checks score too (tests/test_gpu_lessons.py)")
 def test_autograde_without_gpu_scores_the_compile_checks_only(tmp_path):
     """Reference: the two compile points only, every run cell 0; the untouched notebook: 0."""
-    grades = grading.grade_notebooks(LESSON, {
-        "reference": grading.fill_answers(LESSON, grading.reference_answers(LESSON)),
-        "untouched": nbformat.read(course.student_notebook(LESSON), as_version=4)}, tmp_path)
-    scored = {student: {g.cell: g.score for g in cells} for student, cells in grades.items()}
+    scored = scores_of_reference_and_untouched(LESSON, tmp_path)
     assert scored["reference"].pop("test_lesson09_mma_compiles") == 1
     assert scored["reference"].pop("test_lesson09_flash_compiles") == 1
     assert set(scored["reference"].values()) == {0}

@@ -1,7 +1,8 @@
 """Lesson 10 bank: the simulator formulas, the overlap program, run_program and FP8, right and wrong."""
-from bank import correct, wrong
+from bank import correct, edited, reference_code, wrong
 
 LESSON = "10_fa3_overlap"
+REFERENCE = reference_code(LESSON)
 
 SEQUENTIAL = """
 def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
@@ -38,46 +39,6 @@ def incoherent_qk(Q, K, seed):
     return Q @ H, K @ H
 """
 
-RUN_HEAD = """
-def run_program(Q, K, V, program, Bc=64):
-    n, d = Q.shape
-    scale = np.float32(1 / np.sqrt(d))
-    m = np.full(n, -np.inf, np.float32)
-    l = np.zeros(n, np.float32)
-    O = np.zeros((n, V.shape[1]), np.float32)
-    m_O = np.full(n, -np.inf, np.float32)
-    S, P = {}, {}
-    for op, j in program:
-        rows = slice(j * Bc, (j + 1) * Bc)
-"""
-
-RUN_QK = """
-        if op == "gemm_qk":
-            S[j] = (Q @ K[rows].T) * scale
-"""
-
-RUN_SOFTMAX = """
-        elif op == "softmax":
-            s = S.pop(j)
-            m_new = np.maximum(m, s.max(axis=1))
-            p = np.exp(s - m_new[:, None])
-            l = l * np.exp(m - m_new) + p.sum(axis=1)
-            P[j] = (p, m_new)
-            m = m_new
-"""
-
-RUN_PV = """
-        elif op == "gemm_pv":
-            p, m_p = P.pop(j)
-            O = O * np.exp(m_O - m_p)[:, None] + p @ V[rows]
-            m_O = m_p
-"""
-
-RUN_TAIL = """
-    return O / l[:, None]
-"""
-
-
 def pipelined(body: str) -> dict[str, str]:
     return {"makespan_pipelined": "def makespan_pipelined(n_tiles, t_load, t_gemm, t_softmax, stages):\n"
                                   + body + IS_COPY_BOUND}
@@ -107,8 +68,9 @@ def program(body: str) -> dict[str, str]:
     return {"overlap_program": "def overlap_program(n_tiles):\n" + body}
 
 
-def run(qk=RUN_QK, softmax=RUN_SOFTMAX, pv=RUN_PV, head=RUN_HEAD, tail=RUN_TAIL) -> dict[str, str]:
-    return {"run_program": head + qk + softmax + pv + tail}
+def run(*edits: tuple[str, str]) -> dict[str, str]:
+    """run_program: the reference with the given edits (each ``old`` stands in it once)."""
+    return {"run_program": edited(REFERENCE["run_program"], *edits)}
 
 
 def quantize(body: str) -> dict[str, str]:
@@ -159,12 +121,10 @@ def pingpong_utilisation(t_gemm, t_softmax, warpgroups):
             prog.append(("gemm_qk", j + 1))
     return prog + [("gemm_pv", n_tiles - 1), ("wait_pv", n_tiles - 1)]
 """)),
-    correct("run_program_rescales_to_running_max", run(pv="""
-        elif op == "gemm_pv":
-            p, m_p = P.pop(j)
-            O = O * np.exp(m_O - m)[:, None] + (p * np.exp(m_p - m)[:, None]) @ V[rows]
-            m_O = m
-""")),
+    correct("run_program_rescales_to_running_max", run(
+        ("O = O * np.exp(m_O - m_p)[:, None] + p @ V[rows]",
+         "O = O * np.exp(m_O - m)[:, None] + (p * np.exp(m_p - m)[:, None]) @ V[rows]"),
+        ("m_O = m_p\n", "m_O = m\n"))),
     correct("quantize_vectorised_with_padding", quantize("""
     n, d = x.shape
     n_blocks = -(-n // block)
@@ -243,30 +203,19 @@ def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
         prog += [("wait_qk", j), ("softmax", j), ("gemm_pv", j), ("wait_pv", j)]
     return prog
 """), {"lesson10.overlap_program_valid", "lesson10.overlap_program_makespan"}, says="только двух тайлов"),
-    wrong("run_rescales_o_in_softmax", run(softmax="""
-        elif op == "softmax":
-            s = S.pop(j)
-            m_new = np.maximum(m, s.max(axis=1))
-            p = np.exp(s - m_new[:, None])
-            alpha = np.exp(m - m_new)
-            l = l * alpha + p.sum(axis=1)
-            O = O * alpha[:, None]
-            P[j] = p
-            m = m_new
-""", pv="""
-        elif op == "gemm_pv":
-            O = O + P.pop(j) @ V[rows]
-"""), {"lesson10.program_math_any_order"}, says="O умножается на exp(m_old − m_new) в softmax", mistakes='O умножается на exp(m_old − m_new) в softmax, до того как к нему добавлен отложенный P V предыдущего тайла'),
+    wrong("run_rescales_o_in_softmax", run(
+        ("            l = l * np.exp(m - m_new) + p.sum(axis=1)\n            P[j] = (p, m_new)\n",
+         "            alpha = np.exp(m - m_new)\n            l = l * alpha + p.sum(axis=1)\n"
+         "            O = O * alpha[:, None]\n            P[j] = p\n"),
+        ("            p, m_p = P.pop(j)\n            O = O * np.exp(m_O - m_p)[:, None] + p @ V[rows]\n            m_O = m_p\n",
+         "            O = O + P.pop(j) @ V[rows]\n")), {"lesson10.program_math_any_order"}, says="O умножается на exp(m_old − m_new) в softmax", mistakes='O умножается на exp(m_old − m_new) в softmax, до того как к нему добавлен отложенный P V предыдущего тайла'),
     wrong("run_ignores_the_program", {"run_program": """
 def run_program(Q, K, V, program, Bc=64):
     S = (Q @ K.T) / np.float32(np.sqrt(Q.shape[1]))
     P = np.exp(S - S.max(axis=1, keepdims=True))
     return (P @ V) / P.sum(axis=1, keepdims=True)
 """}, {"lesson10.program_math_any_order"}, says="по всем тайлам", mistakes='программа не исполняется: внимание посчитано по всем тайлам K, V'),
-    wrong("run_without_scale", run(qk="""
-        if op == "gemm_qk":
-            S[j] = Q @ K[rows].T
-"""), {"lesson10.program_math", "lesson10.program_math_any_order"}, says="нет множителя 1/sqrt(d)", mistakes='нет множителя 1/sqrt(d)'),
+    wrong("run_without_scale", run(("S[j] = (Q @ K[rows].T) * scale", "S[j] = Q @ K[rows].T")), {"lesson10.program_math", "lesson10.program_math_any_order"}, says="нет множителя 1/sqrt(d)", mistakes='нет множителя 1/sqrt(d)'),
     wrong("per_tensor_scale_where_per_block_asked", quantize("""
     amax = np.abs(x).max()
     scale = np.float32(amax / 448)
