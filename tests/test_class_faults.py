@@ -159,7 +159,7 @@ def honest_class() -> dict:
     return {name: (make(), {}) for name, make in HONEST.items()}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker: xdist interleaves modules, which would rebuild a module fixture
 def clean(tmp_path_factory):
     """The honest students alone, graded by `course autograde`: the grades every case must keep."""
     folder = make_class(tmp_path_factory.mktemp("clean"), honest_class())
@@ -170,7 +170,7 @@ def clean(tmp_path_factory):
 
 # --- tampering -----------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker: xdist interleaves modules, which would rebuild a module fixture
 def tamper(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tamper")
     cases = tampered(folder)
