@@ -24,11 +24,12 @@ def grade_reference() -> list[tuple[str, bool, float, str]]:
     return results
 
 
-def test_the_same_submission_gets_the_same_grade_ten_times():
-    """Graded ten times in worker processes, does the reference get full marks and identical messages?"""
+def test_the_same_submission_gets_the_same_grade_three_times():
+    """Graded three times in worker processes, does the reference get full marks and identical messages?
+    (That no check reads the clock at all is the next test's; three runs catch what varies from run to run.)"""
     first = grade_reference()
     assert all(passed for _, passed, _, _ in first), [r for r in first if not r[1]]
-    for _ in range(9):
+    for _ in range(2):
         assert grade_reference() == first
 
 
