@@ -59,7 +59,7 @@ TYPES = {
 }
 #: How an output's bits are interpreted by the comparison (test_emulator_golden.py): integer kinds are compared
 #: bit for bit, float kinds with the NaN rule, *x2 kinds as two halves.
-VALUE_KINDS = {"u32", "u64", "u16", "pred", "f32", "f64", "f16", "bf16", "f16x2", "bf16x2"}
+VALUE_KINDS = {"u32", "s32", "u64", "s64", "u16", "pred", "f32", "f64", "f16", "bf16", "f16x2", "bf16x2"}
 
 
 def _storage(kind: str) -> str:
@@ -849,7 +849,8 @@ def cp_async_form(cache, size, src_size=None):
                 f"    asm volatile(\"cp.async.commit_group;\");\n"
                 f"    asm volatile(\"cp.async.wait_group 0;\");\n"
                 f"    __syncthreads();\n"
-                f"    for (int j = 0; j < {size // 4}; ++j) out[i * {size // 4} + j] = s[(i * {size // 4} + j + {size // 4}) % {words}];\n")
+                f"    for (int j = 0; j < {size // 4}; ++j)\n"
+                f"        out[i * {size // 4} + j] = s[(i * {size // 4} + j + {size // 4}) % {words}];\n")
         return _warp_form(name, "cp.async", _ident(name), body, {"a": data}, {"out": ("u32", words)}, threads=t,
                           arch="compute_80", note="each thread copies its chunk, then reads its neighbour's after "
                                                   "wait_group 0 and a barrier")
@@ -949,13 +950,16 @@ add(atom_form("dec", "u32"))
 
 
 # --- building, compiling, running -------------------------------------------------------------------
-def build_forms(only: str | None) -> list:
+def _matches(form: Form, patterns: str) -> bool:
+    return any(fnmatch.fnmatchcase(form.name, p) or fnmatch.fnmatchcase(form.family, p) for p in patterns.split(","))
+
+
+def build_forms(only: str | None, skip: str | None = None) -> list:
     rng = np.random.default_rng(SEED)
     forms = []
     for builder in CATALOGUE:
         form = builder(rng)  # every builder draws from the one generator: same inputs whatever --only says
-        if only and not any(fnmatch.fnmatchcase(form.name, p) or fnmatch.fnmatchcase(form.family, p)
-                            for p in only.split(",")):
+        if (only and not _matches(form, only)) or (skip and _matches(form, skip)):
             continue
         forms.append(form)
     names = [f.name for f in forms]
@@ -990,6 +994,29 @@ def _ptx_version_for_driver(driver_version: int) -> str | None:
     return table.get((major, minor))
 
 
+#: Errors after which a CUDA context cannot launch again: the remaining forms are recorded as not run (run them
+#: with --skip naming the faulting form, or --only).
+CONTEXT_LOST = ("ILLEGAL_ADDRESS", "IllegalAddress", "ILLEGAL_INSTRUCTION", "IllegalInstruction", "LAUNCH_FAILED",
+                "LaunchFailure", "MISALIGNED", "Misaligned", "HARDWARE_STACK", "ASSERT")
+
+
+def _ptx_with_cupy(source: str, arch: str) -> str:
+    """PTX through CuPy's own NVRTC binding, with the options of :func:`autograder.gpu.nvrtc.ptx`: the fallback for
+    a machine whose ``cuda.bindings`` cannot load NVRTC."""
+    from cupy_backends.cuda.libs import nvrtc as cupy_nvrtc
+
+    program = cupy_nvrtc.createProgram(source, "kernel.cu", (), ())
+    try:
+        try:
+            cupy_nvrtc.compileProgram(program, [f"-arch={arch}", "-std=c++17", "-lineinfo"])
+        except Exception as error:
+            raise RuntimeError(f"NVRTC: {cupy_nvrtc.getProgramLog(program)}") from error
+        text = cupy_nvrtc.getPTX(program)
+    finally:
+        cupy_nvrtc.destroyProgram(program)
+    return (text.decode() if isinstance(text, bytes) else text).rstrip("\x00")
+
+
 class GpuRunner:
     def __init__(self):
         import cupy as cp
@@ -1002,13 +1029,18 @@ class GpuRunner:
                        "runtime_version": cp.cuda.runtime.runtimeGetVersion(), "cupy": cp.__version__}
         from autograder.gpu import nvrtc
 
-        self.nvrtc = nvrtc
+        if nvrtc._NVRTC is not None:
+            self.make_ptx = nvrtc.ptx
+            _, major, minor = nvrtc._NVRTC.nvrtcVersion()
+            self.device["ptx_compiler"] = f"autograder.gpu.nvrtc.ptx (cuda.bindings NVRTC {major}.{minor})"
+        else:
+            self.make_ptx = _ptx_with_cupy
+            self.device["ptx_compiler"] = "CuPy's NVRTC binding (cuda.bindings could not load NVRTC)"
         try:
-            from cuda.bindings import nvrtc as raw
+            from cupy.cuda import compiler
 
-            _, major, minor = raw.nvrtcVersion()
-            self.device["nvrtc_for_ptx"] = f"{major}.{minor}"
-        except Exception:  # noqa: BLE001
+            self.device["cupy_nvrtc"] = ".".join(map(str, compiler._get_nvrtc_version()))
+        except Exception:  # noqa: BLE001  (a private helper: only informative)
             pass
 
     def _args(self, form: Form):
@@ -1038,7 +1070,7 @@ class GpuRunner:
 
     def from_ptx(self, form: Form) -> dict:
         cp = self.cp
-        text = self.nvrtc.ptx(form.source, arch=form.arch)
+        text = self.make_ptx(form.source, arch=form.arch)
         module = cp.cuda.function.Module()
         try:
             module.load(text.encode() + b"\0")
@@ -1077,12 +1109,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)}; a temporary one for --dry-run)")
     parser.add_argument("--only", default=None, help="comma-separated fnmatch patterns of form names or families")
+    parser.add_argument("--skip", default=None, help="comma-separated fnmatch patterns of forms or families to leave out")
     parser.add_argument("--time-limit-s", type=float, default=280.0,
                         help="stop starting new forms after this many seconds (the rest are recorded as not run)")
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    forms = build_forms(args.only)
+    forms = build_forms(args.only, args.skip)
     if args.list:
         for form in forms:
             print(f"{form.family:9s} {form.arch:11s} {form.elements:5d}  {form.name}")
@@ -1092,14 +1125,19 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     runner = None if args.dry_run else GpuRunner()
     arrays, entries, rows, failed = {}, [], [], []
-    for form in forms:
+    lost = None  # the form after whose fault the CUDA context is unusable
+    for number, form in enumerate(forms):
         entry = None
-        if time.monotonic() - started > args.time_limit_s:
+        why_not = ("time limit" if time.monotonic() - started > args.time_limit_s
+                   else f"the CUDA context was lost at {lost}" if lost else None)
+        if why_not:
             entry = manifest_entry(form)
-            entry["results"] = {"error": "not run: time limit"}
+            entry["results"] = {"outputs": [], "error": f"not run: {why_not}"}
             entries.append(entry)
-            failed.append((form.name, "time limit"))
+            failed.append((form.name, f"not run: {why_not}"))
             continue
+        if number % 50 == 0:
+            print(f"[{time.monotonic() - started:6.1f} s] form {number + 1} of {len(forms)}: {form.name}", flush=True)
         for name, value in form.inputs.items():
             arrays[f"{form.name}__in__{name}"] = value
         if args.dry_run:
@@ -1130,6 +1168,9 @@ def main(argv=None) -> int:
                 results["bit_equal_native_ptx"] = bit_equal_rate(native, ptx_out)
             if len(results["outputs"]) < 2:
                 failed.append((form.name, results.get("native_error") or results.get("ptx_error")))
+                if any(mark in str(results.get(key, "")) for key in ("native_error", "ptx_error")
+                       for mark in CONTEXT_LOST):
+                    lost = form.name
             entry = manifest_entry(form)
             entry["results"] = results
             rows.append((form.family, form.name, form.elements, results.get("bit_equal_native_ptx")))
@@ -1139,7 +1180,8 @@ def main(argv=None) -> int:
                 "docs/emulator-golden.md",
         "kind": "dry-run" if args.dry_run else "gpu",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python benchmarks/emulator_golden.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": f"{Path(sys.executable).name} benchmarks/emulator_golden.py "
+                   + " ".join(argv if argv is not None else sys.argv[1:]),
         "device": runner.device if runner else None,
         "seed": SEED,
         "seconds": round(time.monotonic() - started, 1),
