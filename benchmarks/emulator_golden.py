@@ -448,10 +448,10 @@ add(ew("cvt.f32.bf16 (shift)", "cvt", "shl.b32 {d}, {a}, 16;", ["u32"], "f32",
 # f32 arithmetic
 APPROX_ULP = {  # the PTX ISA's documented maximum error, as the bound the test starts from
     "rcp.approx": {"ulp": 1, "doc": "rcp.approx.f32: max 1 ulp (PTX ISA)"},
-    "sqrt.approx": {"ulp": 1, "doc": "sqrt.approx.f32: max relative error 2^-23 (PTX ISA)"},
+    "sqrt.approx": {"ulp": 2, "doc": "sqrt.approx.f32: max relative error 2^-23 (PTX ISA): up to 2 ulp"},
     "rsqrt.approx": {"ulp": 2, "doc": "rsqrt.approx.f32: max relative error 2^-22.9 (PTX ISA); H200: 78 % exact"},
-    "ex2.approx": {"ulp": 2, "doc": "ex2.approx.f32: max relative error 2^-22.5 for |x| < 126 (PTX ISA); H200: 49 % "
-                                    "exact, rest 1-2 ulp"},
+    "ex2.approx": {"ulp": 3, "doc": "ex2.approx.f32: max relative error 2^-22.5 (PTX ISA): up to 2.8 ulp; H200: 49 % "
+                                    "exact, rest 1-2 ulp (EMULATOR.md)"},
     "lg2.approx": {"ulp": 2, "abs": 2.0 ** -22.6, "doc": "lg2.approx.f32: max absolute error 2^-22.6 (PTX ISA)"},
     "sin.approx": {"ulp": 2, "abs": 2.0 ** -20.5, "abs_within": 3.1415927,
                    "doc": "sin.approx.f32: max absolute error 2^-20.5 in [-pi, pi] (PTX ISA); outside, unbounded"},
@@ -460,8 +460,10 @@ APPROX_ULP = {  # the PTX ISA's documented maximum error, as the bound the test 
     "tanh.approx": {"ulp": 8, "abs": 2.0 ** -10.987, "doc": "tanh.approx.f32: max relative error 2^-11 (PTX ISA)"},
     "div.approx": {"ulp": 2, "doc": "div.approx.f32: max 2 ulp for |b| in [2^-126, 2^126] (PTX ISA)"},
     "div.full": {"ulp": 2, "doc": "div.full.f32: max 2 ulp (PTX ISA)"},
-    "rcp.approx.ftz.f64": {"ulp": 2 ** 29, "doc": "rcp.approx.ftz.f64: about 20 bits, PTX ISA gives no bound"},
-    "rsqrt.approx.f64": {"ulp": 2 ** 29, "doc": "rsqrt.approx.f64: about 20 bits, PTX ISA gives no bound"},
+    "rcp.approx.ftz.f64": {"ulp": 2 ** 33,
+                         "doc": "rcp.approx.ftz.f64: about 20 bits (the high word), PTX ISA gives no bound"},
+    "rsqrt.approx.f64": {"ulp": 2 ** 33,
+                       "doc": "rsqrt.approx.f64: about 20 bits (the high word), PTX ISA gives no bound"},
 }
 
 
@@ -561,7 +563,7 @@ add(ew("min.f16x2", "f16", "min.f16x2 {d}, {a}, {b};", ["f16x2", "f16x2"], "f16x
 add(ew("max.NaN.f16", "f16", "max.NaN.f16 {d}, {a}, {b};", ["f16", "f16"], "f16", arch="compute_80"))
 add(ew("abs.f16", "f16", "abs.f16 {d}, {a};", ["f16"], "f16", arch="compute_80"))
 add(ew("ex2.approx.f16", "f16", "ex2.approx.f16 {d}, {a};", ["f16"], "f16",
-       approx={"ulp": 1, "doc": "ex2.approx.f16: max relative error 2^-9.9 (PTX ISA)"}))
+       approx={"ulp": 2, "doc": "ex2.approx.f16: max relative error 2^-9.9 (PTX ISA)"}))
 add(ew("fma.rn.bf16", "bf16", "fma.rn.bf16 {d}, {a}, {b}, {c};", ["bf16", "bf16", "bf16"], "bf16", arch="compute_80"))
 add(ew("fma.rn.bf16x2", "bf16", "fma.rn.bf16x2 {d}, {a}, {b}, {c};", ["bf16x2", "bf16x2", "bf16x2"], "bf16x2",
        arch="compute_80"))
@@ -1075,7 +1077,7 @@ class GpuRunner:
         return {name: self.cp.asnumpy(buffers[name]) for name in form.outputs}
 
     def native(self, form: Form) -> dict:
-        module = self.cp.RawModule(code=form.source, options=("-std=c++17",))
+        module = self.cp.RawModule(code=form.source)  # as the lessons' cp.RawKernel: CuPy's options, a cubin
         return self.launch(module.get_function(form.kernel), form)
 
     def from_ptx(self, form: Form) -> dict:
