@@ -60,6 +60,17 @@ def test_lowercase_builtin_gets_its_hint():
     assert "строка 3, столбец 7" in message and "threadIdx" in message
 
 
+def test_ptx_is_made_without_a_gpu_with_line_info_and_errors_are_the_compile_checks():
+    """nvrtc.ptx: the PTX of a virtual architecture, .loc lines on; a broken source raises the compile check's message."""
+    text = nvrtc.ptx('extern "C" __global__ void twice(float* x, int n) {\n'
+                     '    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) x[i] *= 2.f;\n}\n',
+                     arch="compute_80")
+    assert ".target sm_80" in text and ".visible .entry twice(" in text
+    assert re.search(r"\.loc\s+1 3 ", text) and "ld.global.f32" in text
+    with pytest.raises(CheckFailed, match="строка 1"):
+        nvrtc.ptx('extern "C" __global__ void k() { oops; }')
+
+
 def test_ptxas_error_without_line_is_reported():
     """Is too much static shared memory (a ptxas error, no line number) still explained?"""
     source = 'extern "C" __global__ void k(float* y)\n{\n    __shared__ float s[20000];\n' \

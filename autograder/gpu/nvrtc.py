@@ -121,6 +121,30 @@ def _compile(source: str, arch: str, filename: str) -> tuple[bool, str]:
     return result == nvrtc.nvrtcResult.NVRTC_SUCCESS, log
 
 
+def ptx(source: str, *, arch: str = "compute_75", filename: str = "kernel.cu") -> str:
+    """The PTX NVRTC makes of ``source`` for a virtual architecture (``compute_75``, ``compute_80``), with
+    line info (``.loc`` lines name ``filename``'s lines): what the driver would JIT, and what the emulator
+    runs.  A source that does not compile raises :class:`CheckFailed` with the compiler's errors."""
+    nvrtc = _NVRTC
+    if nvrtc is None:
+        raise RuntimeError("cuda-python (cuda.bindings.nvrtc) or the NVRTC library is not installed")
+    err, program = nvrtc.nvrtcCreateProgram(source.encode("utf-8"), filename.encode(), 0, [], [])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"nvrtcCreateProgram failed: {err}")
+    try:
+        options = [f"-arch={arch}".encode(), b"-std=c++17", b"-lineinfo"]
+        (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            compiled = _result(False, _program_log(nvrtc, program), filename)
+            raise CheckFailed(format_errors(compiled, source))
+        _, size = nvrtc.nvrtcGetPTXSize(program)
+        text = bytearray(size)  # a buffer of its own, as in _program_log
+        nvrtc.nvrtcGetPTX(program, text)
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return bytes(text).rstrip(b"\x00").decode("utf-8")
+
+
 def _result(ok: bool, log: str, filename: str) -> CompileResult:
     return CompileResult(ok, log, tuple(parse_errors(log, filename)) if not ok else (), parse_resources(log))
 
