@@ -27,9 +27,10 @@ def without_worker_guard(monkeypatch):
     monkeypatch.setattr(guard, "student_code", contextlib.nullcontext)
 
 
-def failed_checks(lesson: str, submission: Submission) -> dict[str, str]:
+def failed_checks(lesson: str, submission: Submission) -> dict[str, tuple[str, set[str]]]:
+    """check id -> (its first failure message, the known mistakes its failures named)."""
     ns = namespace(lesson, submission.answers)
-    failed = {}
+    failed: dict[str, tuple[str, set[str]]] = {}
     for calls in grade_calls(lesson).values():
         for call in calls:
             check = get_check(call.check_id)
@@ -39,20 +40,24 @@ def failed_checks(lesson: str, submission: Submission) -> dict[str, str]:
             try:
                 check.function(*objects, **({"cases": call.cases} if call.cases is not None else {}))
             except CheckFailed as failure:
+                mistake = getattr(failure, "mistake", None)
                 named = re.findall(r"Похоже на известную ошибку: «(.+?)»", str(failure))
                 # the report reads the mistake as data: the words and the data must agree
-                assert named == ([failure.mistake] if getattr(failure, "mistake", None) else []), str(failure)
-                failed.setdefault(call.check_id, str(failure))
+                assert named == ([mistake] if mistake else []), str(failure)
+                failed.setdefault(call.check_id, (str(failure), set()))[1].update({mistake} - {None})
     return failed
 
 
 @pytest.mark.parametrize("lesson, submission", CASES, ids=[f"{l}-{s.name}" for l, s in CASES])
 def test_submission_loses_exactly_its_checks(lesson, submission):
-    """Does this submission fail exactly the checks its bank entry names, with the right words?"""
+    """Does this submission fail exactly the checks its bank entry names, naming exactly its known mistakes,
+    with the right words?"""
     failed = failed_checks(lesson, submission)
-    assert set(failed) == set(submission.loses), "\n\n".join(f"{k}: {v}" for k, v in failed.items())
+    report = "\n\n".join(f"{k}, named {sorted(named)}: {message}" for k, (message, named) in failed.items())
+    assert set(failed) == set(submission.loses), report
+    assert set().union(*(named for _, named in failed.values())) == set(submission.mistakes), report
     if submission.says:
-        assert any(submission.says in message for message in failed.values()), failed
+        assert any(submission.says in message for message, _ in failed.values()), report
 
 
 def test_every_lesson_has_a_bank():

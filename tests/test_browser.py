@@ -12,6 +12,7 @@ notebooks; Debian's headless Chromium, driven by Playwright, works with them:
 Screenshots go to artifacts/ (git-ignored) for CI to keep.  Skipped only where /usr/bin/chromium
 is missing (`.ci/run` installs it).
 """
+import contextlib
 import json
 import os
 import re
@@ -181,6 +182,24 @@ def failure_report(page, lab_log: Path) -> str:
     return f"--- page text (end) ---\n{text[-4000:]}\n--- JupyterLab log (end) ---\n{log[-3000:]}"
 
 
+@contextlib.contextmanager
+def lab_page(lab_log: Path):
+    """A page of headless Chromium; whatever fails while the test uses it is reported with the page's text and
+    JupyterLab's log (:func:`failure_report`)."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            yield page
+        except Exception as error:
+            raise AssertionError(f"{error}\n{failure_report(page, lab_log)}") from error
+        finally:
+            browser.close()
+
+
 def open_notebook(page, url: str, name: str) -> None:
     """Open the notebook in a workspace of its own (no tabs restored from another test)."""
     workspace = Path(name).stem.replace("_", "-")
@@ -243,36 +262,26 @@ def ui_in_russian_without_noise(page) -> None:
 
 def test_validate_in_jupyterlab_shows_the_graders_verdict(lab):
     """Does pressing Validate in JupyterLab show the grader's verdict for the student's notebook?"""
-    from playwright.sync_api import sync_playwright
-
     url, lab_log = lab
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            open_notebook(page, url, f"{LESSON}.ipynb")
-            wait_for_idle_kernel(url)
+    with lab_page(lab_log) as page:
+        open_notebook(page, url, f"{LESSON}.ipynb")
+        wait_for_idle_kernel(url)
 
-            run_all_cells(page)
-            # Run All runs to the end: the unanswered bonus is optional, not a failing cell.
-            page.wait_for_function(FINISHED, timeout=300_000, polling=1000)
-            page.screenshot(path=str(ARTIFACTS / "browser-run-all.png"), full_page=False)
-            outputs = page.locator(".jp-OutputArea-output").all_text_contents()
-            shown = "\n---\n".join(text[-600:] for text in outputs)
-            assert any("не выполнен — это необязательно" in text for text in outputs), shown[-6000:]
-            assert not any("Проверка не пройдена" in text for text in outputs), shown[-6000:]
-            passed = [text for text in outputs if "✓" in text]
-            assert any("Эквивалентность с эталоном float64: 3 из 3" in text for text in passed), shown[-6000:]
-            # by now (a minute after the page loaded) the news toast would have come
-            ui_in_russian_without_noise(page)
+        run_all_cells(page)
+        # Run All runs to the end: the unanswered bonus is optional, not a failing cell.
+        page.wait_for_function(FINISHED, timeout=300_000, polling=1000)
+        page.screenshot(path=str(ARTIFACTS / "browser-run-all.png"), full_page=False)
+        outputs = page.locator(".jp-OutputArea-output").all_text_contents()
+        shown = "\n---\n".join(text[-600:] for text in outputs)
+        assert any("не выполнен — это необязательно" in text for text in outputs), shown[-6000:]
+        assert not any("Проверка не пройдена" in text for text in outputs), shown[-6000:]
+        passed = [text for text in outputs if "✓" in text]
+        assert any("Эквивалентность с эталоном float64: 3 из 3" in text for text in passed), shown[-6000:]
+        # by now (a minute after the page loaded) the news toast would have come
+        ui_in_russian_without_noise(page)
 
-            text = validate(page)
-            page.screenshot(path=str(ARTIFACTS / "browser-validate.png"), full_page=False)
-        except Exception as error:
-            raise AssertionError(f"{error}\n{failure_report(page, lab_log)}") from error
-        finally:
-            browser.close()
+        text = validate(page)
+        page.screenshot(path=str(ARTIFACTS / "browser-validate.png"), full_page=False)
     (ARTIFACTS / "browser-validate.txt").write_text(text, encoding="utf-8")
     assert "Validation Results" in text
     assert "Success" in text, text[:3000]  # nbgrader's own word: everything required passes
@@ -282,24 +291,14 @@ def test_validate_in_jupyterlab_shows_the_graders_verdict(lab):
 @pytest.mark.parametrize("lesson", sorted(WRONG_ATTEMPTS))
 def test_validate_dialog_shows_the_whole_message(lab, lesson):
     """Does Validate on a known-wrong attempt show the grader's whole message, no line cut on the right?"""
-    from playwright.sync_api import sync_playwright
-
     url, lab_log = lab
     _, says = wrong_attempt(lesson)
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            open_notebook(page, url, f"wrong_{lesson}.ipynb")
-            text = validate(page)
-            cut = page.evaluate(CUT_TEXT)
-            page.screenshot(path=str(ARTIFACTS / f"browser-validate-{lesson}.png"), full_page=False)
-            ui_in_russian_without_noise(page)
-        except Exception as error:
-            raise AssertionError(f"{error}\n{failure_report(page, lab_log)}") from error
-        finally:
-            browser.close()
+    with lab_page(lab_log) as page:
+        open_notebook(page, url, f"wrong_{lesson}.ipynb")
+        text = validate(page)
+        cut = page.evaluate(CUT_TEXT)
+        page.screenshot(path=str(ARTIFACTS / f"browser-validate-{lesson}.png"), full_page=False)
+        ui_in_russian_without_noise(page)
     (ARTIFACTS / f"browser-validate-{lesson}.txt").write_text(text, encoding="utf-8")
     assert "Validation Results" in text
     assert says and says in text, text[:3000]  # the mistake the bank names, in the grader's words

@@ -159,7 +159,7 @@ def honest_class() -> dict:
     return {name: (make(), {}) for name, make in HONEST.items()}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker: xdist interleaves modules, which would rebuild a module fixture
 def clean(tmp_path_factory):
     """The honest students alone, graded by `course autograde`: the grades every case must keep."""
     folder = make_class(tmp_path_factory.mktemp("clean"), honest_class())
@@ -170,7 +170,7 @@ def clean(tmp_path_factory):
 
 # --- tampering -----------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker: xdist interleaves modules, which would rebuild a module fixture
 def tamper(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tamper")
     cases = tampered(folder)
@@ -301,6 +301,13 @@ def expected_grades(clean) -> dict:
     return {**clean, **{f"ref_{c}": clean["ref_a"] for c in "bcd"}}
 
 
+def assert_ends_with_the_clean_grades(run: subprocess.Popen, folder: Path, clean) -> None:
+    """The run ends well (exit status 0) and the class has exactly the clean grades."""
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, out + err
+    assert grades(folder) == expected_grades(clean)
+
+
 def test_kills_at_many_points_leave_nothing_behind_and_a_rerun_gives_the_clean_grades(clean, tmp_path):
     """kill -9 of the main process at several moments of a run (start, grading, recording): no
     worker, kernel or check survives it, no scratch copy of the course stays, and plain re-runs
@@ -314,10 +321,7 @@ def test_kills_at_many_points_leave_nothing_behind_and_a_rerun_gives_the_clean_g
         run.kill()
         run.wait()
         assert wait_gone(run.pid) == [], f"left behind after kill -9 at {delay} s"
-    final = start(folder)
-    out, err = final.communicate(timeout=600)
-    assert final.returncode == 0, out + err
-    assert grades(folder) == expected_grades(clean)
+    assert_ends_with_the_clean_grades(start(folder), folder, clean)
 
 
 def test_sigterm_and_ctrl_c_stop_cleanly_in_one_line(clean, tmp_path):
@@ -330,10 +334,7 @@ def test_sigterm_and_ctrl_c_stop_cleanly_in_one_line(clean, tmp_path):
         assert run.returncode == code, (out, err)
         assert out.strip().startswith(f"Остановлено ({sig.name})") and "Traceback" not in err, (out, err)
         assert wait_gone(run.pid) == []
-    final = start(folder)
-    out, err = final.communicate(timeout=600)
-    assert final.returncode == 0, out + err
-    assert grades(folder) == expected_grades(clean)
+    assert_ends_with_the_clean_grades(start(folder), folder, clean)
 
 
 def test_a_dead_worker_fails_nothing(clean, tmp_path):
@@ -355,9 +356,7 @@ def test_a_dead_worker_fails_nothing(clean, tmp_path):
     assert victim is not None, "no worker process seen"
     time.sleep(3)  # it is grading by now
     os.kill(victim, signal.SIGKILL)
-    out, err = run.communicate(timeout=600)
-    assert run.returncode == 0, out + err
-    assert grades(folder) == expected_grades(clean)
+    assert_ends_with_the_clean_grades(run, folder, clean)
 
 
 def test_grading_cut_between_notebook_and_grades_is_regraded_not_zero(clean, tmp_path):

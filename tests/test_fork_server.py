@@ -6,19 +6,17 @@ process (session, process group, open descriptors, folder, environment, limits, 
 path) must see the same in both, verdicts must be the same, and a server that dies costs a rerun,
 not a grade.
 """
-import ast
 import os
 import signal
-import textwrap
 import time
 
 import cloudpickle
-import numpy as np
 import pytest
 
 from autograder.isolation import fork_server
 from autograder.isolation import run as isolation
 from autograder.isolation.run import run_check
+from helpers import reported_facts, student
 
 #: Reports the worker process as the student's code sees it, through the check's own message.
 REPORT = """
@@ -47,16 +45,10 @@ def fused_rms_norm(x, w, eps=1e-6):
 """
 
 
-def student(source: str, name: str = "fused_rms_norm"):
-    namespace = {"__name__": "__main__", "np": np}
-    exec(compile(textwrap.dedent(source), "<student>", "exec"), namespace)
-    return namespace[name]
-
-
 def facts(fork: bool | None) -> dict:
     result = run_check("lesson02.equivalence", [cloudpickle.dumps(student(REPORT))], fork=fork)
     assert not result.passed
-    return ast.literal_eval(result.message.split("FACTS")[1])
+    return reported_facts(result.message)
 
 
 def test_a_forked_check_sees_the_process_a_new_worker_sees():

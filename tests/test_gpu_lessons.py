@@ -94,9 +94,30 @@ class Entry:
     hangs: bool = False
 
 
+def reference_and_untouched(lesson: str, loses, cells=None) -> list[Entry]:
+    """The first two entries of every GPU bank: the reference (full marks) and the untouched student notebook
+    (its stubs lose ``loses``); ``cells``: only those answer cells of the untouched notebook."""
+    untouched = answers_of(ROOT / "notebooks" / lesson / f"{lesson}.ipynb")
+    if cells is not None:
+        untouched = {k: v for k, v in untouched.items() if k in cells}
+    return [Entry("reference", {}), Entry("untouched", untouched, loses, says="заглушки")]
+
+
 def replace(text: str, old: str, new: str) -> str:
     assert old in text, f"bank drift: {old!r} not in the reference answer"
     return text.replace(old, new)
+
+
+def barrier_dropped_after(line: str, indent: str = "        ") -> tuple[str, str]:
+    """The edit that drops the ``__syncthreads();`` standing on the line after ``line`` (a race for racecheck)."""
+    return f"{line}\n{indent}__syncthreads();", line
+
+
+def edited(text: str, *edits: tuple[str, str]) -> str:
+    """``text`` with each ``(old, new)`` edit made in turn (:func:`replace`)."""
+    for old, new in edits:
+        text = replace(text, old, new)
+    return text
 
 
 # Lesson 06 -----------------------------------------------------------------------------------
@@ -144,10 +165,15 @@ def bank_06() -> list[Entry]:
     tile32 = {"matmul_source": replace(mm_src, "#define TILE 16", "#define TILE 32"),
               "matmul_tiled_gpu": replace(replace(replace(mm_wrap, "(N + 15) // 16", "(N + 31) // 32"),
                                                   "(M + 15) // 16", "(M + 31) // 32"), "(16, 16)", "(32, 32)")}
+
+    def row_sums(*edits: tuple[str, str]) -> dict:
+        return {"row_sums_source": edited(rs_src, *edits)}
+
+    def matmul(*edits: tuple[str, str]) -> dict:
+        return {"matmul_source": edited(mm_src, *edits)}
+
     return [
-        Entry("reference", {}),
-        Entry("untouched", answers_of(ROOT / "notebooks" / L06 / f"{L06}.ipynb"),
-              SA_GPU | RS_GPU | MM_GPU | {SA_C, RS_C, MM_C}, says="заглушки"),
+        *reference_and_untouched(L06, SA_GPU | RS_GPU | MM_GPU | {SA_C, RS_C, MM_C}),
         Entry("if_guard_instead_of_grid_stride", {"scale_add_source": SCALE_ADD_IF}),
         Entry("row_sums_shared_tree_only", {"row_sums_source": ROW_SUMS_SHARED_ONLY}),
         Entry("matmul_tile_32", tile32),
@@ -169,31 +195,29 @@ def bank_06() -> list[Entry]:
               SA_GPU, says="illegal address"),
         Entry("scale_add_compile_error", {"scale_add_source": replace(sa_src, "out[i] = a * x[i] + y[i];", "out[i] = a * x[i] + y[i]")},
               SA_GPU | {SA_C}, says="строка"),
-        Entry("row_sums_missing_syncthreads", {"row_sums_source": replace(
-            rs_src, "partial[threadIdx.x] += partial[threadIdx.x + half];\n        __syncthreads();",
-            "partial[threadIdx.x] += partial[threadIdx.x + half];")}, {RS_S}, may_lose=RS_GPU, says="racecheck"),
-        Entry("row_sums_first_warp_only", {"row_sums_source": replace(
-            rs_src, "for (int half = blockDim.x / 2; half >= 32; half /= 2) {", "for (int half = 0; half >= 32; half /= 2) {")},
+        Entry("row_sums_missing_syncthreads", row_sums(barrier_dropped_after("partial[threadIdx.x] += partial[threadIdx.x + half];")),
+              {RS_S}, may_lose=RS_GPU, says="racecheck"),
+        Entry("row_sums_first_warp_only", row_sums(
+            ("for (int half = blockDim.x / 2; half >= 32; half /= 2) {", "for (int half = 0; half >= 32; half /= 2) {")),
               {RS, RS_S}, says="не совпадает"),
-        Entry("row_sums_loses_the_tail", {"row_sums_source": replace(
-            rs_src, "for (int j = threadIdx.x; j < D; j += blockDim.x)",
-            "for (int j = threadIdx.x; j < (D / (int)blockDim.x) * (int)blockDim.x; j += blockDim.x)")},
+        Entry("row_sums_loses_the_tail", row_sums((
+            "for (int j = threadIdx.x; j < D; j += blockDim.x)",
+            "for (int j = threadIdx.x; j < (D / (int)blockDim.x) * (int)blockDim.x; j += blockDim.x)")),
               {RS, RS_S}, says="хвост строки потерян"),
-        Entry("matmul_no_zero_fill", {"matmul_source": replace(replace(
-            mm_src, "(row < M && ka < K) ? A[(size_t)row * K + ka] : 0.0f", "A[(size_t)row * K + ka]"),
-            "(kb < K && col < N) ? B[(size_t)kb * N + col] : 0.0f", "B[(size_t)kb * N + col]")},
+        Entry("matmul_no_zero_fill", matmul(
+            ("(row < M && ka < K) ? A[(size_t)row * K + ka] : 0.0f", "A[(size_t)row * K + ka]"),
+            ("(kb < K && col < N) ? B[(size_t)kb * N + col] : 0.0f", "B[(size_t)kb * N + col]")),
               {MM, MM_S}, may_lose={MM_MEM}, says="NaN"),  # it reads the guard bytes (NaN) past A
-        Entry("matmul_missing_second_sync", {"matmul_source": replace(
-            mm_src, "acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];\n        __syncthreads();",
-            "acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];")}, {MM_S}, may_lose=MM_GPU, says="racecheck"),
-        Entry("matmul_drops_last_k_tile", {"matmul_source": replace(
-            mm_src, "for (int k0 = 0; k0 < K; k0 += TILE) {", "for (int k0 = 0; k0 + TILE <= K; k0 += TILE) {")},
+        Entry("matmul_missing_second_sync", matmul(barrier_dropped_after("acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];")),
+              {MM_S}, may_lose=MM_GPU, says="racecheck"),
+        Entry("matmul_drops_last_k_tile", matmul(
+            ("for (int k0 = 0; k0 < K; k0 += TILE) {", "for (int k0 = 0; k0 + TILE <= K; k0 += TILE) {")),
               {MM, MM_S}, says="последний неполный тайл"),
-        Entry("matmul_no_store_guard", {"matmul_source": replace(
-            mm_src, "    if (row < M && col < N)\n        C[(size_t)row * N + col] = acc;", "    C[(size_t)row * N + col] = acc;")},
+        Entry("matmul_no_store_guard", matmul(
+            ("    if (row < M && col < N)\n        C[(size_t)row * N + col] = acc;", "    C[(size_t)row * N + col] = acc;")),
               {MM, MM_MEM, MM_S}, says="за пределы"),
-        Entry("matmul_B_transposed", {"matmul_source": replace(
-            mm_src, "B[(size_t)kb * N + col]", "B[(size_t)col * K + kb]")}, {MM, MM_S}, says="транспонирована"),
+        Entry("matmul_B_transposed", matmul(("B[(size_t)kb * N + col]", "B[(size_t)col * K + kb]")),
+              {MM, MM_S}, says="транспонирована"),
     ]
 
 
@@ -282,6 +306,10 @@ def fused_rms_norm_gpu(x, w, eps=1e-6):
 '''
 
 
+#: The scalar kernel with its wrapper: a right answer, and the base of the wrong ones that edit the kernel only.
+SCALAR = {"rmsnorm_source": SCALAR_RMS, "fused_rms_norm_gpu": SCALAR_WRAPPER}
+
+
 def bank_07() -> list[Entry]:
     ref = answers_of(source_path(L07))
     src, wrap = ref["rmsnorm_source"], ref["fused_rms_norm_gpu"]
@@ -289,16 +317,14 @@ def bank_07() -> list[Entry]:
     def kernel(code: str) -> dict:
         return {"rmsnorm_source": code}
 
-    scalar = {"rmsnorm_source": SCALAR_RMS, "fused_rms_norm_gpu": SCALAR_WRAPPER}
     return [
-        Entry("reference", {}),
-        Entry("untouched", answers_of(ROOT / "notebooks" / L07 / f"{L07}.ipynb"), GPU07 | {C07}, says="заглушки"),
-        Entry("scalar_tree_reduction", scalar),
+        *reference_and_untouched(L07, GPU07 | {C07}),
+        Entry("scalar_tree_reduction", SCALAR),
         Entry("warp_per_row", {"rmsnorm_source": WARP_PER_ROW, "fused_rms_norm_gpu": WARP_WRAPPER}),
         Entry("reference_block_of_256_per_row", {"fused_rms_norm_gpu": replace(replace(
             wrap, "threads = min(1024, 32 * math.ceil(D / (32 * 32)))", "threads = 256"),
             "if D <= 1024:", "if False:")}),
-        Entry("no_tail_guard", {**scalar, "rmsnorm_source": replace(replace(
+        Entry("no_tail_guard", {**SCALAR, "rmsnorm_source": replace(replace(
             SCALAR_RMS, "for (int i = threadIdx.x; i < D; i += blockDim.x) s += xr[i] * xr[i];",
             "for (int k = 0; k < D / (int)blockDim.x; ++k) { int i = threadIdx.x + k * blockDim.x; s += xr[i] * xr[i]; }"),
             "for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];",
@@ -307,14 +333,14 @@ def bank_07() -> list[Entry]:
         Entry("float4_without_alignment_check", kernel(replace(
             src, "const bool aligned = (D % 4 == 0) && ((((size_t)x | (size_t)w | (size_t)y) & 15) == 0);",
             "const bool aligned = true;")), {TAILS07, SAN07}, says="misaligned"),  # hidden sanitizer case D=4097
-        Entry("missing_syncthreads", {**scalar, "rmsnorm_source": replace(
+        Entry("missing_syncthreads", {**SCALAR, "rmsnorm_source": replace(
             SCALAR_RMS, "partial[threadIdx.x] = s;\n    __syncthreads();", "partial[threadIdx.x] = s;")},
             {SAN07}, may_lose=GPU07),  # here the race corrupts the output too (seen on an H200)
         Entry("eps_outside_root", kernel(replace(  # both paths of the kernel
             src, "const float inv_rms = rsqrtf(row_sum(sum_sq) / D + eps);",
             "const float inv_rms = 1.0f / (sqrtf(row_sum(sum_sq) / D) + eps);")),
             {EQ07, TAILS07}, says="eps прибавлен вне корня"),  # a tail case has rows of tiny RMS
-        Entry("no_weight", {**scalar, "rmsnorm_source": replace(
+        Entry("no_weight", {**SCALAR, "rmsnorm_source": replace(
             SCALAR_RMS, "yr[i] = xr[i] * inv * w[i];", "yr[i] = xr[i] * inv;")}, GPU07, says="забыли умножить на вес"),
         Entry("only_first_warp_summed", kernel(replace(
             src, "for (int i = 0; i < warps; ++i)                       // same order in every thread\n        total += partial[i];",
@@ -328,22 +354,22 @@ def fused_rms_norm_gpu(x, w, eps=1e-6):
         Entry("in_place_mutates_input", {"fused_rms_norm_gpu": replace(
             replace(wrap, "(x, w, y, np.int32(T)", "(x, w, x, np.int32(T)"), "return y", "return x")},
             {NM07}, says="изменила вход x"),
-        Entry("illegal_address", {**scalar, "rmsnorm_source": replace(
+        Entry("illegal_address", {**SCALAR, "rmsnorm_source": replace(
             SCALAR_RMS, "yr[i] = xr[i] * inv * w[i];", "y[(size_t)blockIdx.x * D * 100000 + i] = xr[i] * inv * w[i];")},
             GPU07, says="illegal address"),
-        Entry("never_ends", {**scalar, "rmsnorm_source": replace(
+        Entry("never_ends", {**SCALAR, "rmsnorm_source": replace(
             SCALAR_RMS, "__shared__ float partial[256];", "__shared__ float partial[256];\n    while (true) __nanosleep(1000);")},
             GPU07, says="не завершилась", hangs=True),
         Entry("compile_error", kernel(replace(src, "return v;", "return v")), GPU07 | {C07}, says="строка"),
         Entry("skips_last_partial_block", {"rmsnorm_source": WARP_PER_ROW, "fused_rms_norm_gpu": replace(
             WARP_WRAPPER, "kernel(((T + 7) // 8,), (256,)", "kernel((max(T // 8, 1),), (256,)")},
               {EQ07, TAILS07}, says="NaN"),  # hidden equivalence and tails cases have T % 8 != 0
-        Entry("writes_past_the_end", {**scalar, "rmsnorm_source": replace(
+        Entry("writes_past_the_end", {**SCALAR, "rmsnorm_source": replace(
             SCALAR_RMS, "for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];",
             "for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];\n"
             "    if (blockIdx.x == T - 1 && threadIdx.x == 0) yr[D] = 0.0f;")}, GPU07, says="за пределы"),
         # the loop rounds D up to the block and masks the value: right answer, but the last row reads past x
-        Entry("reads_past_the_end_masked", {**scalar, "rmsnorm_source": replace(
+        Entry("reads_past_the_end_masked", {**SCALAR, "rmsnorm_source": replace(
             SCALAR_RMS, "for (int i = threadIdx.x; i < D; i += blockDim.x) s += xr[i] * xr[i];",
             "for (int b = 0; b < D; b += blockDim.x) { const int i = b + threadIdx.x; const float v = xr[i]; "
             "s += i < D ? v * v : 0.0f; }")}, {SAN07}, says="memcheck"),
@@ -421,6 +447,10 @@ def flash_attention_gpu(Q, K, V, causal=False, tile_counter=None):
 '''
 
 
+#: The one-thread-per-row kernel with its wrapper: a right answer, and the base of wrong ones.
+SIMPLE = {"flash_source": SIMPLE_FLASH, "flash_attention_gpu": SIMPLE_WRAPPER}
+
+
 def bank_08() -> list[Entry]:
     ref = answers_of(source_path(L08))
     step1, step1_wrap = ref["flash_source"], ref["flash_attention_gpu"]
@@ -435,11 +465,9 @@ def bank_08() -> list[Entry]:
     def step1_kernel(code: str) -> dict:
         return {"flash_source": code}
 
-    simple = {"flash_source": SIMPLE_FLASH, "flash_attention_gpu": SIMPLE_WRAPPER}
     return [
-        Entry("reference", {}),
-        Entry("untouched", answers_of(ROOT / "notebooks" / L08 / f"{L08}.ipynb"), GPU08 | {C08}, says="заглушки"),
-        Entry("one_thread_per_row", simple),
+        *reference_and_untouched(L08, GPU08 | {C08}),
+        Entry("one_thread_per_row", SIMPLE),
         Entry("step2_fast_kernel", {"flash_source": src, "flash_attention_gpu": wrap}),
         Entry("step1_no_barrier_after_load", step1_kernel(replace(
             step1, "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }\n        __syncthreads();",
@@ -460,7 +488,7 @@ def bank_08() -> list[Entry]:
             step1, "Ks[e] = r < n ? K[(size_t)r * D + e % D] : 0.0f;", "Ks[e] = K[(size_t)r * D + e % D];"),
             "Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;", "Vs[e] = V[(size_t)r * D + e % D];")),
               {SAN08}, says="memcheck"),
-        Entry("missing_syncthreads_after_staging", {**simple, "flash_source": replace(
+        Entry("missing_syncthreads_after_staging", {**SIMPLE, "flash_source": replace(
             SIMPLE_FLASH, "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }\n        __syncthreads();",
             "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }")},
             {SAN08}, may_lose=GPU08, says="racecheck"),
@@ -518,9 +546,7 @@ def bank_09() -> list[Entry]:
 
     softmax_rescale = "        o[nn][0] *= alpha0; o[nn][1] *= alpha0;\n        o[nn][2] *= alpha1; o[nn][3] *= alpha1;"
     return [
-        Entry("reference", {}),
-        Entry("untouched", answers_of(ROOT / "notebooks" / L09 / f"{L09}.ipynb"),
-              GPU09 | {MM09, MC09, FC09}, says="заглушки"),
+        *reference_and_untouched(L09, GPU09 | {MM09, MC09, FC09}),
         # right, written differently: m16n8k8 only (the sm_75 path everywhere), plain loads instead of cp.async,
         # a matmul launched with one warp per block
         # (with the T4's default tile, BC = 16: two m16n8k8 per MMA need more registers)
@@ -619,15 +645,10 @@ def bank_11() -> list[Entry]:
     src, wrap = ref["decode_source"], ref["paged_decode_gpu"]
 
     def kernel(*edits: tuple[str, str]) -> dict:
-        code = src
-        for old, new in edits:
-            code = replace(code, old, new)
-        return {"decode_source": code}
+        return {"decode_source": edited(src, *edits)}
 
     return [
-        Entry("reference", {}),
-        Entry("untouched", {k: v for k, v in answers_of(ROOT / "notebooks" / L11 / f"{L11}.ipynb").items()
-                            if k in ("decode_source", "paged_decode_gpu")}, GPU11 | {C11}, says="заглушки"),
+        *reference_and_untouched(L11, GPU11 | {C11}, cells=("decode_source", "paged_decode_gpu")),
         Entry("combine_even_for_one_split", {"paged_decode_gpu": replace(
             wrap, "o_part = out if S == 1 else cp.empty(", "o_part = cp.empty(").replace("    if S > 1:\n", "    if True:\n")}),
         Entry("block_table_ignored", kernel(("const int page = row_table[t / page_size];",

@@ -1,6 +1,6 @@
 """Does the real `nbgrader autograde` survive bad and hostile submissions, giving them nothing?
 
-One class of lesson-02 submissions is graded once (module fixture, about 2-3 minutes): each
+One class of lesson-02 submissions is graded once (a session fixture, about 2-3 minutes): each
 submission is the student notebook with some answer cells replaced and some cells added, as a
 student could write it.  Demo cells are emptied (students may delete them) to keep it fast.
 Each test then reads nbgrader's gradebook and the autograded notebook of one submission:
@@ -218,7 +218,7 @@ def submission(answers=None, cells=None, **_) -> nbformat.NotebookNode:
     return nb
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker: xdist interleaves modules, which would rebuild a module fixture
 def graded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hardening")
     package_init = Path(guard.PACKAGE_DIR, "__init__.py").read_bytes()

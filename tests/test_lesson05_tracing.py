@@ -5,21 +5,14 @@ from hypothesis import given, settings, strategies as st
 
 from autograder.course import paths as course
 
-from autograder.course import grading
 from autograder.checks import reference
 from autograder.lessons.lesson05.checks import (EQUIVALENCE_CASES, STABILITY_CASES, _SIMULATED, case_inputs,
                                                 simulate, stability_tolerance)
 from autograder.lessons.lesson05.tracing import Traced, expected_tiles, observe_tiles
+from bank import reference_functions
 
 
-def reference_functions() -> dict:
-    ns = {"np": np}
-    for name, source in grading.reference_answers("05_flash_attention").items():
-        exec(compile(source, f"<{name}>", "exec"), ns)
-    return ns
-
-
-REF = reference_functions()
+REF = reference_functions("05_flash_attention")
 
 
 def seed_style(Q, K, V, Br=64, Bc=64, causal=False):

@@ -1,14 +1,13 @@
 """Lesson 08 on a machine without a GPU (CI): does nbgrader grade the compile check and only it?"""
-import nbformat
 import numpy as np
 import pytest
 
 from autograder.course import paths as course
 
-from autograder.course import grading
 from autograder.gpu import runtime as gpu
 from autograder.checks import reference
 from autograder.lessons.lesson08.checks import CAUSAL, CAUSAL_TILE_RATIO, TAILS, VISIBLE, oracle
+from helpers import scores_of_reference_and_untouched
 
 LESSON = "08_cupy_flash_attention"
 
@@ -16,10 +15,7 @@ LESSON = "08_cupy_flash_attention"
 @pytest.mark.skipif(gpu.gpu_status()[0], reason="with a GPU the run checks score too (tests/test_gpu_lessons.py)")
 def test_autograde_without_gpu_scores_the_compile_check_only(tmp_path):
     """Reference: compile points only, every run cell 0; the untouched notebook: 0."""
-    grades = grading.grade_notebooks(LESSON, {
-        "reference": grading.fill_answers(LESSON, grading.reference_answers(LESSON)),
-        "untouched": nbformat.read(course.student_notebook(LESSON), as_version=4)}, tmp_path)
-    scored = {student: {g.cell: g.score for g in cells} for student, cells in grades.items()}
+    scored = scores_of_reference_and_untouched(LESSON, tmp_path)
     assert scored["reference"].pop("test_lesson08_compiles") == 1
     assert set(scored["reference"].values()) == {0}
     assert sum(scored["untouched"].values()) == 0

@@ -7,11 +7,11 @@ import pytest
 
 from autograder.course import paths as course
 
-from autograder.course import grading
 from autograder.course import settings
 from autograder.gpu import runtime as gpu, nvrtc
 from autograder.checks.core import CheckFailed
 from autograder.lessons.lesson09 import checks as l09
+from helpers import scores_of_reference_and_untouched
 
 LESSON = "09_tensor_cores"
 KERNELS = {"mma_source": ("MMA_SRC", ("mma_matmul",)),
@@ -60,10 +60,7 @@ def test_reference_kernels_keep_barriers_out_of_branches():
 @pytest.mark.skipif(gpu.gpu_status()[0], reason="with a GPU the run checks score too (tests/test_gpu_lessons.py)")
 def test_autograde_without_gpu_scores_the_compile_checks_only(tmp_path):
     """Reference: the two compile points only, every run cell 0; the untouched notebook: 0."""
-    grades = grading.grade_notebooks(LESSON, {
-        "reference": grading.fill_answers(LESSON, grading.reference_answers(LESSON)),
-        "untouched": nbformat.read(course.student_notebook(LESSON), as_version=4)}, tmp_path)
-    scored = {student: {g.cell: g.score for g in cells} for student, cells in grades.items()}
+    scored = scores_of_reference_and_untouched(LESSON, tmp_path)
     assert scored["reference"].pop("test_lesson09_mma_compiles") == 1
     assert scored["reference"].pop("test_lesson09_flash_compiles") == 1
     assert set(scored["reference"].values()) == {0}
@@ -123,7 +120,7 @@ def test_O_not_rescaled_is_caught():
 def test_known_mistakes_are_named(name, variant):
     c = l09.CAUSAL[0]
     q, k, v = l09._inputs(c["H"], c["n"], c["d"], c["seed"])
-    got = variant(q, k, v, True).astype(np.float16)
+    got = variant(q, k, v, True)[0].astype(np.float16)
     with pytest.raises(CheckFailed) as failed:
         l09._compare(got, (q, k, v), True, case="model")
     assert name in str(failed.value) and failed.value.mistake
@@ -151,8 +148,8 @@ def test_matmul_tolerance_separates_fp32_from_f16_accumulation(c):
 def test_matmul_mistakes_are_named():
     a, b = l09.mma_inputs(100, 37, 77, 1)
     for name, variant in l09.MMA_MISTAKES.items():
-        wrong = variant(a, b).astype(np.float32)
-        assert l09._named(wrong, l09.MMA_MISTAKES, (a, b), l09.mma_bound(a, b)) == name
+        wrong = variant(a, b)[0].astype(np.float32)
+        assert l09._named(wrong, l09.mma_product(a, b), l09.MMA_MISTAKES, (a, b)) == name
 
 
 @pytest.mark.parametrize("br, bc", [(64, 64), (128, 64), (64, 32), (128, 128)])

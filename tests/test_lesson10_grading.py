@@ -9,7 +9,7 @@ from autograder.checks.core import all_checks
 from autograder.notebook import run
 from autograder.isolation import guard
 from autograder.lessons.lesson10 import fp8 as lesson
-from bank import grade_calls, namespace
+from bank import grade_calls, namespace, notebook_function
 
 LESSON = "10_fa3_overlap"
 
@@ -24,11 +24,12 @@ def grade_reference() -> list[tuple[str, bool, float, str]]:
     return results
 
 
-def test_the_same_submission_gets_the_same_grade_ten_times():
-    """Graded ten times in worker processes, does the reference get full marks and identical messages?"""
+def test_the_same_submission_gets_the_same_grade_three_times():
+    """Graded three times in worker processes, does the reference get full marks and identical messages?
+    (That no check reads the clock at all is the next test's; three runs catch what varies from run to run.)"""
     first = grade_reference()
     assert all(passed for _, passed, _, _ in first), [r for r in first if not r[1]]
-    for _ in range(9):
+    for _ in range(2):
         assert grade_reference() == first
 
 
@@ -50,19 +51,15 @@ def test_no_check_reads_the_wall_clock(monkeypatch):
         checks[call.check_id].function(*[ns[name] for name in call.names], **kwargs)
 
 
-def _outlier_inputs(n, d, seed):
-    rng = np.random.default_rng(seed)
+def _notebook_functions(*names: str) -> list:
+    """Functions of the notebook's FP8 section (its inputs with outliers, its float32 attention), as it defines them."""
+    ns = {"np": np}
+    for name in names:
+        exec(notebook_function(LESSON, name), ns)
+    return [ns[name] for name in names]
 
-    def one():
-        return rng.standard_normal((n, d)) + rng.standard_normal((n, d)) * 10 * (rng.random((n, d)) < 0.001)
 
-    return one(), one(), one()
-
-
-def _attention(Q, K, V):
-    S = (Q @ K.T) / np.sqrt(Q.shape[1]).astype(Q.dtype)
-    P = np.exp(S - S.max(1, keepdims=True))
-    return (P @ V) / P.sum(1, keepdims=True)
+_outlier_inputs, _attention = _notebook_functions("outlier_inputs", "attention32")
 
 
 def _dequantized(x, per_block, block=128):

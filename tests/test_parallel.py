@@ -47,7 +47,7 @@ def verdict(folder, student, cell) -> str:
     return " | ".join(str(o.get("text") or o.get("evalue") or o.get("data")) for o in found.outputs)[-1500:]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker: xdist interleaves modules, which would rebuild a module fixture
 def graded(tmp_path_factory):
     notebooks = submissions()
     base = tmp_path_factory.mktemp("parallel")

@@ -37,7 +37,7 @@ GRADER_FORMULAS = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker: xdist interleaves modules, which would rebuild a module fixture
 def out(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("published") / "students"
     publish.publish(folder, REPOSITORY)

@@ -162,7 +162,7 @@ def test_the_sandbox_command_hides_the_course_and_home_and_passes_no_stray_envir
 
 # --- refusing to grade a class without it -------------------------------------------------------
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker: xdist interleaves modules, which would rebuild a module fixture
 def class_course(tmp_path_factory):
     folder = tmp_path_factory.mktemp("refuse")
     root = nbgrader_cli.new_course(folder / "course", only=[LESSON])

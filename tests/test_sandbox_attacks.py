@@ -280,7 +280,7 @@ def outputs_of(root: Path, student: str) -> str:
                      for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker: xdist interleaves modules, which would rebuild a module fixture
 def clean_grades(tmp_path_factory):
     folder = tmp_path_factory.mktemp("clean")
     home = folder / "home"

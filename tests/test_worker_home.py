@@ -11,7 +11,6 @@ of caches and startup files changes no verdict, and a worker lost before the stu
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -21,7 +20,6 @@ import textwrap
 from pathlib import Path
 
 import cloudpickle
-import numpy as np
 import pytest
 
 from autograder.isolation import run as isolation
@@ -30,6 +28,7 @@ from autograder.isolation import fork_server
 from autograder.isolation.home import HOME_VARIABLES, home_template
 from autograder.isolation.run import run_check
 from autograder.notebook import run
+from helpers import reported_facts, student
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = """
@@ -50,17 +49,11 @@ def fused_rms_norm(x, w, eps=1e-6):
 """
 
 
-def student(source: str, name: str = "fused_rms_norm"):
-    namespace = {"__name__": "__main__", "np": np}
-    exec(compile(textwrap.dedent(source), "<student>", "exec"), namespace)
-    return namespace[name]
-
-
 def home_facts(fork: bool | None) -> dict:
     result = run_check("lesson02.equivalence", [cloudpickle.dumps(student(REPORT_HOME % (list(HOME_VARIABLES),)))],
                        fork=fork)
     assert not result.passed and "FACTS" in result.message, result.message
-    return ast.literal_eval(result.message.split("FACTS")[1])
+    return reported_facts(result.message)
 
 
 @pytest.mark.parametrize("fork", [None, False], ids=["forked", "new process"])

@@ -252,34 +252,50 @@ def require_array(got: Any, *, shape: tuple[int, ...], dtype: str, case: str, na
     return got
 
 
+def tolerance(dtype: str = "float32", atol: float | None = None, rtol: float | None = None) -> tuple[float, float]:
+    """(atol, rtol) of a comparison: the ones given, else :data:`TOLERANCES` of ``dtype``."""
+    default_atol, default_rtol = TOLERANCES[dtype]
+    return (default_atol if atol is None else atol), (default_rtol if rtol is None else rtol)
+
+
+def _hint_line(hint: str) -> str:
+    return f"\nПодсказка: {hint}" if hint else ""
+
+
+def nonfinite_failure(got: np.ndarray, expected: np.ndarray, bad_values: np.ndarray, *, case: str, hint: str = "",
+                      name: str = "результат") -> CheckFailed:
+    """The failure of an output with NaN/inf where ``bad_values``: how many, and the first of them."""
+    index = tuple(int(i) for i in np.argwhere(bad_values)[0])
+    return CheckFailed(f"{name} содержит {int(bad_values.sum())} значений NaN/inf (случай: {case}); "
+                       f"первое в позиции {index}: {got[index]!r}, ожидалось {expected[index]:.6g}."
+                       + _hint_line(hint))
+
+
+def first_wrong(got64: np.ndarray, expected: np.ndarray, bad: np.ndarray, hint: str = "") -> str:
+    """The last line of a mismatch: the first wrong index, its value and the expected one (and the hint)."""
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    return (f"Первый неверный индекс {index}: получено {float(got64[index]):.6g}, "
+            f"ожидалось {float(expected[index]):.6g}." + _hint_line(hint))
+
+
 def compare(got: Any, expected: np.ndarray, *, case: str, dtype: str = "float32",
             atol: float | None = None, rtol: float | None = None, hint: str = "",
             name: str = "результат") -> float:
     """Raise CheckFailed unless ``got`` matches ``expected``; returns the max abs error."""
     got = require_array(got, shape=expected.shape, dtype=dtype, case=case, name=name)
-    default_atol, default_rtol = TOLERANCES[dtype]
-    atol = default_atol if atol is None else atol
-    rtol = default_rtol if rtol is None else rtol
+    atol, rtol = tolerance(dtype, atol, rtol)
     with np.errstate(all="ignore"):
         got64 = got.astype(np.float64)
         bad_values = ~np.isfinite(got64) & np.isfinite(expected)
         if bad_values.any():
-            index = tuple(int(i) for i in np.argwhere(bad_values)[0])
-            raise CheckFailed(
-                f"{name} содержит {int(bad_values.sum())} значений NaN/inf (случай: {case}); "
-                f"первое в позиции {index}: {got[index]!r}, ожидалось {expected[index]:.6g}."
-                + (f"\nПодсказка: {hint}" if hint else ""))
+            raise nonfinite_failure(got, expected, bad_values, case=case, hint=hint, name=name)
         error = np.abs(got64 - expected)
         bad = error > atol + rtol * np.abs(expected)
     if bad.any():
-        index = tuple(int(i) for i in np.argwhere(bad)[0])
         raise CheckFailed(
             f"{name} не совпадает с эталоном float64 (случай: {case}).\n"
             f"Макс. ошибка {float(np.nanmax(error)):.3g} при допуске atol={atol:g}, rtol={rtol:g}; "
-            f"неверных элементов {int(bad.sum())} из {bad.size}.\n"
-            f"Первый неверный индекс {index}: получено {float(got64[index]):.6g}, "
-            f"ожидалось {float(expected[index]):.6g}."
-            + (f"\nПодсказка: {hint}" if hint else ""))
+            f"неверных элементов {int(bad.sum())} из {bad.size}.\n" + first_wrong(got64, expected, bad, hint))
     return float(error.max()) if error.size else 0.0
 
 

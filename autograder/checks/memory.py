@@ -4,6 +4,9 @@ The functions are bound when this module is imported (in the worker, before any 
 exists), so a student who replaces ``tracemalloc.get_traced_memory`` changes nothing here; one
 who stops tracing inside the function is caught because tracing is checked afterwards.
 NumPy reports its data buffers to tracemalloc, so the peak counts array memory.
+
+:func:`peaks_within` is the one memory check of the lessons: each case measured, its lines added to one
+table, the first peak over its bound a failure.
 """
 from __future__ import annotations
 
@@ -12,7 +15,9 @@ import dataclasses
 from tracemalloc import (clear_traces as _clear_traces, get_traced_memory as _get_traced_memory,
                          is_tracing as _is_tracing, start as _start, stop as _stop)
 
-from .core import CheckFailed, call_student
+from typing import Callable, Iterable
+
+from .core import CheckFailed, call_student, compare, describe_case
 
 MiB = 2**20
 
@@ -46,6 +51,15 @@ def measure_peak(function, *args, case: str, what: str = "функция", **kwa
     return Peak(int(peak), result)
 
 
+def checked_peak(function, args: tuple, expected: Callable[[], object], *, case: str, what: str,
+                 **tolerance) -> Peak:
+    """:func:`measure_peak` of ``function(*args)``, whose result must then match ``expected()``
+    (:func:`checks.core.compare`, with ``tolerance``)."""
+    peak = measure_peak(function, *args, case=case, what=what)
+    compare(peak.result, expected(), case=case, **tolerance)
+    return peak
+
+
 def peak_table(rows: list[tuple[str, float, float]]) -> str:
     """A small text table: what, peak MiB, allowed MiB, ratio."""
     lines = [f"{'что':<28}{'пик, МиБ':>10}{'допуск, МиБ':>13}{'доля':>7}"]
@@ -53,3 +67,31 @@ def peak_table(rows: list[tuple[str, float, float]]) -> str:
         ratio = peak / allowed if allowed else float("inf")
         lines.append(f"{name:<28}{peak / MiB:>10.2f}{allowed / MiB:>13.2f}{ratio:>7.2f}")
     return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """One case of a memory check: its measured peak, what it may take, its lines of the table and the
+    failure message (given the table so far) when the peak is over."""
+
+    peak: Peak
+    allowed: float
+    rows: list[tuple[str, float, float]]
+    too_much: Callable[[str], str]
+
+
+def one_row(peak: Peak, allowed: float, label: str, too_much: Callable[[str], str]) -> Bound:
+    """The :class:`Bound` of a case that is one row of the table: ``label``, its peak, what it may take."""
+    return Bound(peak, allowed, [(label, peak.bytes, allowed)], too_much)
+
+
+def peaks_within(cases: Iterable[dict], measure: Callable[[dict, str], Bound]) -> str:
+    """Every case's ``measure(case_dict, case_description)`` within its bound: the table of all the peaks,
+    or CheckFailed for the first case over it."""
+    rows: list[tuple[str, float, float]] = []
+    for c in cases:
+        bound = measure(c, describe_case(**c))
+        rows += bound.rows
+        if bound.peak.bytes > bound.allowed:
+            raise CheckFailed(bound.too_much(peak_table(rows)))
+    return peak_table(rows)

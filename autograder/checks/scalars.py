@@ -1,8 +1,9 @@
 """Numbers a student's function returns: one formatting, one comparison, one failure message.
 
 Lessons 01 and 03 grade formulas (bytes, FLOPs, intensities) whose results are single numbers:
-:func:`expect_number` compares with a relative tolerance of :data:`REL` (only the order of float
-operations may differ) and names a known mistake through :mod:`autograder.checks.mistakes`.
+:func:`expect_number` compares exactly (counts) or with a relative tolerance of :data:`REL` (only
+the order of float operations may differ) and names a known mistake through
+:mod:`autograder.checks.mistakes`, by the same test.
 """
 from __future__ import annotations
 
@@ -48,6 +49,6 @@ def expect_number(got, expected, *, call: str, case: str = "", exact: bool = Fal
     where = f" ({case})" if case else ""
     if not is_number(got):
         raise CheckFailed(f"{call} должна вернуть число, а вернула {type(got).__name__}: {fmt(got)}{where}.")
-    mistake = first_match(got, mistakes or {}, lambda g, wrong: close(g, wrong, exact=False))
+    mistake = first_match(got, expected, mistakes or {}, close=lambda value, reference: close(value, reference, exact))
     raise failure(f"{call}: получено {fmt(got)}, ожидалось {fmt(expected)}{where}.", mistake,
                   otherwise=f"Подсказка: {hint}" if hint else "")

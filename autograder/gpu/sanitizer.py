@@ -2,9 +2,9 @@
 
 :func:`sanitize` runs ``function(*inputs(**case))`` under the tool, in a worker process started
 through the worker's protocol (:func:`run_once` is that worker's check);
-:func:`sanitizer_check` is what a lesson's check calls: memcheck (with padding after every
-allocation), then racecheck, each failure a message with the tool's findings and a hint.
-Where the tool is missing, the check fails and says how it scores, never passes silently.
+:func:`sanitizer_check` is what a lesson's check calls (:func:`sanitizer_verdict`: over its cases):
+memcheck (with padding after every allocation), then racecheck, each failure a message with the
+tool's findings and a hint.  Where the tool is missing, the check fails and says how it scores, never passes silently.
 """
 from __future__ import annotations
 
@@ -130,6 +130,18 @@ def sanitizer_check(function, inputs: str, case_args: dict, case: str, *, races:
             raise CheckFailed(race_message(report, case))
         done.append("racecheck: 0 гонок")
     return done
+
+
+def sanitizer_verdict(function, inputs: str, cases, check_values, *, races: bool, params=None) -> str:
+    """The compute-sanitizer check of a GPU lesson: for each case its values first (``check_values(case)``),
+    then :func:`sanitizer_check` with ``inputs`` built from the case (only its ``params`` where given).
+    Returns the verdict's detail: "compute-sanitizer — memcheck: 0 ошибок, racecheck: 0 гонок"."""
+    done = []
+    for c in cases:
+        check_values(c)
+        args = c if params is None else {p: c[p] for p in params}
+        done += sanitizer_check(function, inputs, args, describe_case(**c), races=races)
+    return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
 
 
 def race_message(report: SanitizerReport, case: str) -> str:

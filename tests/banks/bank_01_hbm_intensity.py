@@ -119,20 +119,20 @@ WRONG = [
     if flops < 0 or bytes_moved <= 0:
         raise ValueError("flops >= 0, bytes_moved > 0")
     return bytes_moved / flops if flops else 0.0
-"""), {"lesson01.arithmetic_intensity", PLOT}, says="перевёрнуто: байты / FLOPs"),
+"""), {"lesson01.arithmetic_intensity", PLOT}, says="перевёрнуто: байты / FLOPs", mistakes={'перевёрнуто: байты / FLOPs', 'по оси x отложены байты/FLOPs (интенсивность перевёрнута)'}),
     wrong("ridge_inverted", fn("ridge_point", "peak_flops, bandwidth", """
     if peak_flops <= 0 or bandwidth <= 0:
         raise ValueError("peak_flops и bandwidth должны быть > 0")
     return bandwidth / peak_flops
-"""), {"lesson01.ridge_point", PLOT}, says="ridge point перевёрнут"),
+"""), {"lesson01.ridge_point", PLOT}, says="ridge point перевёрнут", mistakes='ridge point перевёрнут: пропускная способность / пик'),
     wrong("attainable_max", fn("attainable_flops", "intensity, peak_flops, bandwidth", """
     if intensity < 0 or peak_flops <= 0 or bandwidth <= 0:
         raise ValueError("неверные аргументы")
     return max(peak_flops, intensity * bandwidth)
-"""), {"lesson01.attainable_flops", PLOT}, says="max вместо min"),
+"""), {"lesson01.attainable_flops", PLOT}, says="max вместо min", mistakes={'max вместо min', 'max вместо min: крыша не ограничивает'}),
     wrong("time_is_a_sum", fn("roofline_time", "flops, bytes_moved, peak_flops, bandwidth", CHECKS + """
     return flops / peak_flops + bytes_moved / bandwidth
-"""), {"lesson01.roofline_time"}, says="сумма времён вместо максимума"),
+"""), {"lesson01.roofline_time"}, says="сумма времён вместо максимума", mistakes='сумма времён вместо максимума'),
     wrong("bound_reversed", fn("bound_by", "flops, bytes_moved, peak_flops, bandwidth", CHECKS + """
     return "compute" if bytes_moved / bandwidth > flops / peak_flops else "memory"
 """), {"lesson01.bound_by"}, says="сравнение перевёрнуто"),
@@ -158,16 +158,16 @@ WRONG = [
 """), {"lesson01.bad_input"}, says="без сообщения"),
     wrong("rmsnorm_four_passes", fn("rmsnorm_bytes_per_row", "d, bytes_per_element=2", """
     return 4 * d * bytes_per_element, 2 * d * bytes_per_element
-"""), {"lesson01.rmsnorm_bytes"}, says="4 прохода вместо 5"),
+"""), {"lesson01.rmsnorm_bytes"}, says="4 прохода вместо 5", mistakes='4 прохода вместо 5: забыто повторное чтение x или чтение x²'),
     wrong("rmsnorm_bf16_hardcoded", fn("rmsnorm_bytes_per_row", "d, bytes_per_element=2", """
     return 5 * d * 2, 2 * d * 2
 """), {"lesson01.rmsnorm_bytes"}, says="d=4096"),
     wrong("swiglu_fused_as_on_cpu", fn("swiglu_bytes_per_token", "I, bytes_per_element=2", """
     return 5 * I * bytes_per_element, 3 * I * bytes_per_element
-"""), {"lesson01.swiglu_bytes"}, says="CPU-вариант"),
+"""), {"lesson01.swiglu_bytes"}, says="CPU-вариант", mistakes='это CPU-вариант с одним GEMM (3·I): на GPU g и u не покидают регистры'),
     wrong("scores_one_head", fn("attention_scores_bytes", "n, heads=16, bytes_per_element=2", """
     return n * n * bytes_per_element
-"""), {"lesson01.attention_scores_bytes"}, says="одна голова вместо всех"),
+"""), {"lesson01.attention_scores_bytes"}, says="одна голова вместо всех", mistakes='одна голова вместо всех'),
     wrong("attention_four_passes", fn("naive_attention_traffic", "n, d, bytes_per_element=2", """
     s, r = n * n * bytes_per_element, n * d * bytes_per_element
     return {"запись S": s, "чтение S для max": s, "запись P": s, "чтение P для PV": s,
@@ -179,7 +179,7 @@ WRONG = [
 """), {"lesson01.naive_attention_traffic"}, says="чтение Q, K, V и запись O"),
     wrong("gemm_mnk", fn("gemm_traffic", "M, N, K, bytes_per_element=2", """
     return M * N * K, (M * K + K * N + M * N) * bytes_per_element
-"""), {"lesson01.gemm_traffic"}, says="FLOPs = 2·M·N·K"),
+"""), {"lesson01.gemm_traffic"}, says="FLOPs = 2·M·N·K", mistakes='M·N·K: умножение и сложение — две операции, FLOPs = 2·M·N·K'),
     wrong("plot_linear_axes", with_roof_and_points(tail="    ax.legend()\n    return ax\n"), {PLOT}, says="лог-лог"),
     wrong("plot_no_ridge_vertex", with_roof_and_points(
         roof="    grid = np.logspace(np.log10(xs[0]), np.log10(xs[-1]), 50)\n"
@@ -187,14 +187,14 @@ WRONG = [
         says="не среди её вершин"),
     wrong("plot_points_at_peak", with_roof_and_points(points="""    for name, x in points.items():
         ax.scatter([x], [peak], label=name)
-"""), {PLOT}, says="на высоте пика P"),
+"""), {PLOT}, says="на высоте пика P", mistakes='точка на высоте пика P, а не на крыше'),
     wrong("plot_ignores_gpu_name", with_roof_and_points(
-        head=PLOT_HEAD.replace("GPUS[gpu_name]", 'GPUS["H100 SXM"]')), {PLOT}, says="крыша другого GPU"),
+        head=PLOT_HEAD.replace("GPUS[gpu_name]", 'GPUS["H100 SXM"]')), {PLOT}, says="крыша другого GPU", mistakes='крыша другого GPU (H100 SXM), а не A100 40GB'),
     wrong("plot_in_tflops", with_roof_and_points(
         roof="    ax.plot(xs, [attainable_flops(x, peak, bandwidth) / 1e12 for x in xs])\n",
         points="""    for name, x in points.items():
         ax.scatter([x], [attainable_flops(x, peak, bandwidth) / 1e12], label=name)
-"""), {PLOT}, says="TFLOP/s"),
+"""), {PLOT}, says="TFLOP/s", mistakes='ось y в TFLOP/s: по контракту — FLOP/s'),
     wrong("plot_unlabelled", with_roof_and_points(points="""    for name, x in points.items():
         ax.scatter([x], [attainable_flops(x, peak, bandwidth)])
 """), {PLOT}, says="не подписана"),

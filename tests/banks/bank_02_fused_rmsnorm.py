@@ -68,32 +68,32 @@ def ref_with_inv(inv: str) -> dict[str, str]:
 
 WRONG = [
     wrong("eps_outside_root", ref_with_inv("(1.0 / (np.sqrt(sum_sq / x.shape[1]) + eps)).astype(np.float32)"),
-          {"lesson02.equivalence", "lesson02.eps_placement"}, says="eps прибавлен вне корня"),
+          {"lesson02.equivalence", "lesson02.eps_placement"}, says="eps прибавлен вне корня", mistakes='eps прибавлен вне корня: x / (sqrt(mean(x²)) + eps)'),
     wrong("no_eps", ref_with_inv("(1.0 / np.sqrt(sum_sq / x.shape[1])).astype(np.float32)"),
-          {"lesson02.equivalence", "lesson02.zeros", "lesson02.eps_placement"}, says="NaN"),
+          {"lesson02.equivalence", "lesson02.zeros", "lesson02.eps_placement"}, says="NaN", mistakes='параметр eps игнорируется (зашит 1e-6)'),
     wrong("eps_hardcoded", ref_with_inv("(1.0 / np.sqrt(sum_sq / x.shape[1] + 1e-6)).astype(np.float32)"),
-          {"lesson02.equivalence", "lesson02.eps_placement"}, says="eps игнорируется"),
+          {"lesson02.equivalence", "lesson02.eps_placement"}, says="eps игнорируется", mistakes='параметр eps игнорируется (зашит 1e-6)'),
     wrong("sum_not_mean", ref_with_inv("(1.0 / np.sqrt(sum_sq + eps)).astype(np.float32)"),
-          VALUES, says="сумма квадратов вместо среднего"),
+          VALUES, says="сумма квадратов вместо среднего", mistakes='сумма квадратов вместо среднего (не поделили на D)'),
     wrong("no_sqrt", ref_with_inv("(1.0 / (sum_sq / x.shape[1] + eps)).astype(np.float32)"),
-          VALUES, says="нет квадратного корня"),
+          VALUES, says="нет квадратного корня", mistakes='нет квадратного корня: деление на mean(x²) + eps'),
     wrong("mean_over_tokens", rms("""
     ms = np.einsum("td,td->d", x, x) / x.shape[0]
     out = x / np.sqrt(ms + eps)
     out *= w
     return out
-"""), VALUES | {"lesson02.dtype"}, says="среднее по оси токенов"),
+"""), VALUES | {"lesson02.dtype"}, says="среднее по оси токенов", mistakes='среднее по оси токенов T (axis=0), а не по D'),
     wrong("no_weight", rms("""
     sum_sq = np.einsum("td,td->t", x, x)
     return x / np.sqrt(sum_sq / x.shape[1] + eps)[:, None]
-"""), VALUES - {"lesson02.unit_rms"} | {"lesson02.dtype"}, says="забыли умножить на вес"),
+"""), VALUES - {"lesson02.unit_rms"} | {"lesson02.dtype"}, says="забыли умножить на вес", mistakes='забыли умножить на вес w'),
     wrong("layer_norm", rms("""
     centred = x - x.mean(axis=-1, keepdims=True)
     var = np.einsum("td,td->t", centred, centred) / x.shape[1]
     centred /= np.sqrt(var + eps)[:, None]
     centred *= w
     return centred
-"""), VALUES - {"lesson02.unit_rms"}, says="LayerNorm"),
+"""), VALUES - {"lesson02.unit_rms"}, says="LayerNorm", mistakes='вычитается среднее (это LayerNorm, а не RMSNorm)'),
     wrong("float64_for_float64_eps", rms("""
     sum_sq = np.einsum("td,td->t", x, x)
     out = x * (1.0 / np.sqrt(sum_sq / x.shape[1] + eps))[:, None]
@@ -121,7 +121,7 @@ WRONG = [
 def fused_add_rms_norm(x, residual, w, eps=1e-6):
     residual += x
     return fused_rms_norm(x, w, eps), residual
-"""}, {"lesson02.add_equivalence", "lesson02.add_memory"}, says="без прибавления residual"),
+"""}, {"lesson02.add_equivalence", "lesson02.add_memory"}, says="без прибавления residual", mistakes='нормируется x без прибавления residual'),
     wrong("add_mutates_x", {"fused_add_rms_norm": """
 def fused_add_rms_norm(x, residual, w, eps=1e-6):
     x += residual
@@ -134,4 +134,11 @@ def fused_add_rms_norm(x, residual, w, eps=1e-6):
     out = h / np.sqrt(squares.mean(axis=-1, keepdims=True) + eps) * w
     return out, h
 """}, {"lesson02.add_memory"}, says="пик памяти"),
+    # only the second visible case is over the bound: a check that stops after its first case passes it
+    wrong("add_extra_buffers_second_case", {"fused_add_rms_norm": """
+def fused_add_rms_norm(x, residual, w, eps=1e-6):
+    residual += x
+    spare = np.stack([residual, residual]) if residual.shape == (1024, 2048) else None
+    return fused_rms_norm(residual, w, eps), residual
+"""}, {"lesson02.add_memory"}, says="T=1024, D=2048"),
 ]

@@ -87,7 +87,7 @@ WRONG = [
     I = W_gate_up.shape[1] // 2
     gu = x @ W_gate_up
     u, g = gu[:, :I], gu[:, I:]
-""" + STABLE_EPILOGUE), VALUES, says="gate и up перепутаны"),
+""" + STABLE_EPILOGUE), VALUES, says="gate и up перепутаны", mistakes='gate и up перепутаны: silu(u) · g (gate — первые I столбцов W_gate_up)'),
     wrong("interleaved_halves", swiglu("""
     gu = x @ W_gate_up
     g, u = gu[:, 0::2], gu[:, 1::2]
@@ -102,15 +102,15 @@ WRONG = [
     out /= g
     out *= u
     return out
-"""), VALUES, says="sigmoid вместо silu"),
+"""), VALUES, says="sigmoid вместо silu", mistakes='sigmoid вместо silu: sigmoid(g) · u (silu(g) = g · sigmoid(g))'),
     wrong("no_activation", swiglu(HEAD + """
     return g * u
-"""), VALUES, says="нет активации"),
+"""), VALUES, says="нет активации", mistakes='нет активации: g · u'),
     wrong("relu_not_silu", swiglu(HEAD + """
     out = np.maximum(g, 0)
     out *= u
     return out
-"""), VALUES, says="ReLU вместо silu"),
+"""), VALUES, says="ReLU вместо silu", mistakes='ReLU вместо silu'),
     wrong("overflowing_silu", swiglu(HEAD + """
     out = np.negative(g)
     np.exp(out, out=out)
@@ -142,7 +142,7 @@ WRONG = [
     wrong("merged_counted_as_saving_bytes", traffic("""
     return {"naive": 5 * I * bytes_per_element, "merged": 3 * I * bytes_per_element,
             "fused": I * bytes_per_element}
-"""), {"lesson03.traffic"}, says="один GEMM не убирает"),
+"""), {"lesson03.traffic"}, says="один GEMM не убирает", mistakes='один GEMM не убирает промежуточный [g, u]: он записан (2I) и прочитан обратно (2I), плюс запись h (I) — 5·I, а не 3·I'),
     wrong("traffic_as_tuple", traffic("""
     return 5 * I * bytes_per_element, 5 * I * bytes_per_element, I * bytes_per_element
 """), {"lesson03.traffic"}, says="словарь с ключами"),

@@ -98,11 +98,11 @@ WRONG = [
     return m_new, l * c + p.sum(), acc * c + p @ v_block
 """), {"lesson04.masked_blocks"}, says="В состоянии NaN"),
     wrong("l_not_rescaled", update_with(result="m_new, l + p.sum(), acc * c + p @ v_block"),
-          STATE_CHECKS, says="l не домножается"),
+          STATE_CHECKS, says="l не домножается", mistakes='l не домножается на exp(m_old − m_new)'),
     wrong("acc_not_rescaled", update_with(result="m_new, l * c + p.sum(), acc + p @ v_block"),
-          STATE_CHECKS, says="acc не домножается"),
+          STATE_CHECKS, says="acc не домножается", mistakes='acc не домножается на exp(m_old − m_new)'),
     wrong("correction_inverted", update_with(c="np.exp(m_new - m)"),
-          STATE_CHECKS, says="коэффициент перевёрнут"),
+          STATE_CHECKS, says="коэффициент перевёрнут", mistakes='коэффициент перевёрнут: exp(m_new − m_old) вместо exp(m_old − m_new)'),
     wrong("max_of_block_only", update("""
     m, l, acc = state
     m_new = float(np.max(s_block))
@@ -111,7 +111,7 @@ WRONG = [
     c = np.exp(m - m_new)
     p = np.exp(s_block - m_new)
     return m_new, l * c + p.sum(), acc * c + p @ v_block
-"""), STATE_CHECKS, says="m_new = max блока"),
+"""), STATE_CHECKS, says="m_new = max блока", mistakes='m_new = max блока, без max(m_old, ·)'),
     wrong("block_sum_not_rescaled", update("""
     m, l, acc = state
     m_block = float(np.max(s_block))
@@ -121,13 +121,13 @@ WRONG = [
     c = np.exp(m - m_new)
     p = np.exp(s_block - m_block)
     return m_new, l * c + p.sum(), acc * c + p @ v_block
-"""), STATE_CHECKS, says="не домножена на exp(m_blk − m_new)"),
+"""), STATE_CHECKS, says="не домножена на exp(m_blk − m_new)", mistakes='сумма блока посчитана от m_blk, но не домножена на exp(m_blk − m_new)'),
     wrong("m_not_updated", update_with(result="m, l * c + p.sum(), acc * c + p @ v_block"),
-          STATE_CHECKS, says="m не обновляется"),
+          STATE_CHECKS, says="m не обновляется", mistakes='m не обновляется (осталось m_old)'),
     wrong("divide_inside_update", {
         **update_with(result="m_new, l * c + p.sum(), (acc * c + p @ v_block) / (l * c + p.sum())"),
         "online_softmax_finalize": "def online_softmax_finalize(state):\n    return state[2]\n",
-    }, STATE_CHECKS, says="acc делится на l внутри update"),
+    }, STATE_CHECKS, says="acc делится на l внутри update", mistakes='acc делится на l внутри update (деление должно быть одно, в finalize)'),
     wrong("no_max_subtracted", update("""
     m, l, acc = state
     p = np.exp(s_block)

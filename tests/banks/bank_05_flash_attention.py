@@ -1,73 +1,14 @@
 """Lesson 05 bank: flash_attention / flash_attention_v2 written right in other ways, and wrong.
 
-Wrong answers are the reference with one edit (``edited``), so each carries exactly one mistake.
+Wrong answers are the reference (the notebook's solution, :func:`bank.reference_code`) with one edit
+(``edited``), so each carries exactly one mistake.
 """
-from bank import correct, wrong
+from bank import correct, edited, notebook_function, reference_code, wrong
 
 LESSON = "05_flash_attention"
 
-V2 = '''
-def flash_attention_v2(Q, K, V, Br=64, Bc=64, causal=False):
-    n, d = Q.shape
-    scale = np.float32(1 / np.sqrt(d))
-    O = np.empty((n, d), dtype=np.float32)
-    for i0 in range(0, n, Br):
-        i1 = min(i0 + Br, n)
-        Qi = Q[i0:i1]
-        m = np.full(i1 - i0, -np.inf, dtype=np.float32)
-        l = np.zeros(i1 - i0, dtype=np.float32)
-        acc = np.zeros((i1 - i0, d), dtype=np.float32)
-        for j0 in range(0, n, Bc):
-            if causal and j0 > i1 - 1:
-                break
-            Kj, Vj = K[j0:j0 + Bc], V[j0:j0 + Bc]
-            S = (Qi @ Kj.T) * scale
-            if causal:
-                hidden = np.arange(j0, j0 + len(Kj))[None, :] > np.arange(i0, i1)[:, None]
-                S[hidden] = -np.inf
-            m_new = np.maximum(m, S.max(axis=1))
-            c = np.exp(m - m_new)
-            P = np.exp(S - m_new[:, None])
-            l = l * c + P.sum(axis=1)
-            acc = acc * c[:, None] + P @ Vj
-            m = m_new
-        O[i0:i1] = acc / l[:, None]
-    return O
-'''
-
-V1 = '''
-def flash_attention(Q, K, V, Br=64, Bc=64, causal=False):
-    n, d = Q.shape
-    scale = np.float32(1 / np.sqrt(d))
-    O = np.zeros((n, d), dtype=np.float32)
-    m = np.full(n, -np.inf, dtype=np.float32)
-    l = np.zeros(n, dtype=np.float32)
-    for j0 in range(0, n, Bc):
-        Kj, Vj = K[j0:j0 + Bc], V[j0:j0 + Bc]
-        for i0 in range(0, n, Br):
-            i1 = min(i0 + Br, n)
-            if causal and j0 > i1 - 1:
-                continue
-            S = (Q[i0:i1] @ Kj.T) * scale
-            if causal:
-                hidden = np.arange(j0, j0 + len(Kj))[None, :] > np.arange(i0, i1)[:, None]
-                S[hidden] = -np.inf
-            m_old, l_old = m[i0:i1], l[i0:i1]
-            m_new = np.maximum(m_old, S.max(axis=1))
-            c = np.exp(m_old - m_new)
-            P = np.exp(S - m_new[:, None])
-            l_new = l_old * c + P.sum(axis=1)
-            O[i0:i1] = ((l_old * c)[:, None] * O[i0:i1] + P @ Vj) / l_new[:, None]
-            m[i0:i1], l[i0:i1] = m_new, l_new
-    return O
-'''
-
-
-def edited(source: str, *edits: tuple[str, str]) -> str:
-    for old, new in edits:
-        assert source.count(old) == 1, old
-        source = source.replace(old, new)
-    return source
+REFERENCE = reference_code(LESSON)
+V1, V2 = REFERENCE["flash_attention"], REFERENCE["flash_attention_v2"]
 
 
 def v2(*edits) -> dict[str, str]:
@@ -160,86 +101,60 @@ WRONG = [
         ("            acc = acc * c[:, None] + P @ Vj\n",
          "            acc = acc * c[:, None] + P @ Vj\n            acc = acc / l[:, None]\n"),
         ("        O[i0:i1] = acc / l[:, None]", "        O[i0:i1] = acc")),
-        fa2("equivalence", "stability"), says="деление на l внутри цикла"),
+        fa2("equivalence", "stability"), says="деление на l внутри цикла", mistakes='деление на l внутри цикла: acc нормируется на каждом шаге, а пересчёт exp(m_old − m_new) считает его ненормированным'),
     wrong("v2_mask_after_max", v2(
         ("            m_new = np.maximum(m, S.max(axis=1))\n", ""),
         ("            if causal:\n", "            m_new = np.maximum(m, S.max(axis=1))\n            if causal:\n")),
-        fa2("stability"), says="маска накладывается после max"),
+        fa2("stability"), says="маска накладывается после max", mistakes='маска накладывается после max: m учитывает скрытые (будущие) скоры'),
     wrong("v2_l_not_rescaled", v2(("l = l * c + P.sum(axis=1)", "l = l + P.sum(axis=1)")),
-          fa2("equivalence", "stability"), says="l не домножается"),
+          fa2("equivalence", "stability"), says="l не домножается", mistakes='l не домножается на exp(m_old − m_new) при росте максимума'),
     wrong("v2_acc_not_rescaled", v2(("acc = acc * c[:, None] + P @ Vj", "acc = acc + P @ Vj")),
-          fa2("equivalence", "stability"), says="acc не домножается"),
+          fa2("equivalence", "stability"), says="acc не домножается", mistakes='acc не домножается на exp(m_old − m_new) при росте максимума'),
     wrong("v2_no_scale", v2(("S = (Qi @ Kj.T) * scale", "S = Qi @ Kj.T")),
-          fa2("equivalence", "stability"), says="нет масштаба 1/√d"),
+          fa2("equivalence", "stability"), says="нет масштаба 1/√d", mistakes='нет масштаба 1/√d: S = Q Kᵀ'),
     wrong("v2_q_tail_dropped", v2(("O = np.empty((n, d), dtype=np.float32)", "O = np.zeros((n, d), dtype=np.float32)"),
                                   ("for i0 in range(0, n, Br):", "for i0 in range(0, n - n % Br, Br):")),
-          fa2("equivalence", "stability", "causal_work"), says="хвост Q не обработан"),
+          fa2("equivalence", "stability", "causal_work"), says="хвост Q не обработан", mistakes='хвост Q не обработан: последние n mod Br строк не посчитаны'),
     wrong("v2_k_tail_dropped", v2(("for j0 in range(0, n, Bc):", "for j0 in range(0, n - n % Bc, Bc):")),
-          fa2("equivalence", "causal_work"), says="хвост K/V не обработан"),
+          fa2("equivalence", "causal_work"), says="хвост K/V не обработан", mistakes='хвост K/V не обработан: последние n mod Bc ключей пропущены'),
     wrong("v2_diagonal_masked", v2(("[None, :] > np.arange(i0, i1)", "[None, :] >= np.arange(i0, i1)")),
-          fa2("equivalence", "stability"), says="замаскирована и диагональ"),
+          fa2("equivalence", "stability"), says="замаскирована и диагональ", mistakes='замаскирована и диагональ (j ≥ i вместо j > i): строка 0 не видит ни одного ключа'),
     wrong("v2_m_starts_at_zero", v2(("m = np.full(i1 - i0, -np.inf, dtype=np.float32)",
                                      "m = np.zeros(i1 - i0, dtype=np.float32)")),
-          fa2("stability"), says="m стартует с 0"),
+          fa2("stability"), says="m стартует с 0", mistakes='m стартует с 0, а не с −inf: при логитах ≪ 0 все exp обнуляются, 0/0 = NaN'),
     wrong("v2_float64_output_via_np_sqrt", v2(("S = (Qi @ Kj.T) * scale", "S = Qi @ Kj.T / np.sqrt(d)"),
                                              ("O = np.empty((n, d), dtype=np.float32)", "O = np.empty((n, d))")),
           fa2("contract"), says="NumPy 2"),
-    wrong("v2_materialised_S", {"flash_attention_v2": '''
-def flash_attention_v2(Q, K, V, Br=64, Bc=64, causal=False):
-    d = Q.shape[1]
-    S = (Q @ K.T) * np.float32(1 / np.sqrt(d))
-    if causal:
-        S = np.where(np.triu(np.ones(S.shape, dtype=bool), k=1), np.float32(-np.inf), S)
-    P = np.exp(S - S.max(axis=1, keepdims=True))
-    return (P / P.sum(axis=1, keepdims=True)) @ V
-'''}, fa2("memory", "causal_work", "loop_order"), says="матрицы (n, n)"),
+    wrong("v2_materialised_S", {"flash_attention_v2": edited(
+        notebook_function(LESSON, "attention_naive"),   # the lesson's own naive attention: S and P of (n, n)
+        ("def attention_naive(Q, K, V, causal=False):", "def flash_attention_v2(Q, K, V, Br=64, Bc=64, causal=False):"))},
+          fa2("memory", "causal_work", "loop_order"), says="матрицы (n, n)"),
     wrong("v2_causal_without_skipping", v2(("            if causal and j0 > i1 - 1:\n                break\n", "")),
           fa2("causal_work"), says="посчитаны все блоки"),
     wrong("v2_one_extra_block", v2(("if causal and j0 > i1 - 1:", "if causal and j0 > i1:")),
           fa2("causal_work"), says="лишний блок сразу за диагональю"),
     wrong("v2_diagonal_block_skipped", v2(("if causal and j0 > i1 - 1:", "if causal and j0 >= i0:")),
-          fa2("equivalence", "stability", "causal_work"), says="пропущен и диагональный блок"),
+          fa2("equivalence", "stability", "causal_work"), says="пропущен и диагональный блок", mistakes='пропущен и диагональный блок (условие пропуска j0 ≥ i0 — ошибка на единицу)'),
     wrong("v2_row_strip_against_all_of_K", v2(
         ("            Kj, Vj = K[j0:j0 + Bc], V[j0:j0 + Bc]\n            S = (Qi @ Kj.T) * scale\n",
          "            Kj, Vj = K[j0:j0 + Bc], V[j0:j0 + Bc]\n            S = ((Qi @ K.T) * scale)[:, j0:j0 + Bc]\n")),
           fa2("causal_work"), says="больше одного блока"),
-    wrong("v2_in_fa1_order", {"flash_attention_v2": '''
-def flash_attention_v2(Q, K, V, Br=64, Bc=64, causal=False):
-    n, d = Q.shape
-    scale = np.float32(1 / np.sqrt(d))
-    acc = np.zeros((n, d), dtype=np.float32)
-    m = np.full(n, -np.inf, dtype=np.float32)
-    l = np.zeros(n, dtype=np.float32)
-    for j0 in range(0, n, Bc):
-        for i0 in range(0, n, Br):
-            i1 = min(i0 + Br, n)
-            if causal and j0 > i1 - 1:
-                continue
-            S = (Q[i0:i1] @ K[j0:j0 + Bc].T) * scale
-            if causal:
-                S[np.arange(j0, min(j0 + Bc, n))[None, :] > np.arange(i0, i1)[:, None]] = -np.inf
-            m_new = np.maximum(m[i0:i1], S.max(axis=1))
-            c = np.exp(m[i0:i1] - m_new)
-            P = np.exp(S - m_new[:, None])
-            l[i0:i1] = l[i0:i1] * c + P.sum(axis=1)
-            acc[i0:i1] = acc[i0:i1] * c[:, None] + P @ V[j0:j0 + Bc]
-            m[i0:i1] = m_new
-    return acc / l[:, None]
-'''}, fa2("loop_order"), says="порядок FA-1"),
+    wrong("v2_in_fa1_order", {"flash_attention_v2": edited(V1, ("def flash_attention(", "def flash_attention_v2("))},
+          fa2("loop_order"), says="порядок FA-1"),
     wrong("v2_scales_Q_in_place", v2(("        Qi = Q[i0:i1]\n", "        Qi = Q[i0:i1]\n        Qi *= scale\n"),
                                      ("S = (Qi @ Kj.T) * scale", "S = Qi @ Kj.T")),
           fa2("contract"), says="изменила вход Q"),
     wrong("v1_local_mask", v1(("hidden = np.arange(j0, j0 + len(Kj))[None, :] > np.arange(i0, i1)[:, None]",
                                "hidden = np.arange(len(Kj))[None, :] > np.arange(i1 - i0)[:, None]")),
-          fa1("equivalence", "stability"), says="по локальным индексам"),
+          fa1("equivalence", "stability"), says="по локальным индексам", mistakes='causal-маска строится по локальным индексам блока, а не по глобальным i и j'),
     wrong("v1_skip_by_block_index", v1(("if causal and j0 > i1 - 1:", "if causal and j0 // Bc > i0 // Br:")),
-          fa1("equivalence", "causal_work"), says="по номерам"),
+          fa1("equivalence", "causal_work"), says="по номерам", mistakes='блоки пропускаются по номерам (j > i): верно только при Br = Bc'),
     wrong("v1_correction_inverted", v1(("c = np.exp(m_old - m_new)", "c = np.exp(m_new - m_old)")),
-          fa1("equivalence", "stability"), says="перевёрнут"),
+          fa1("equivalence", "stability"), says="множитель пересчёта — exp(m_old − m_new)"),
     wrong("v1_tracing_lost_by_np_asarray", v1(("    n, d = Q.shape\n", "    Q, K = np.asarray(Q), np.asarray(K)\n    n, d = Q.shape\n")),
           fa1("causal_work"), says="np.asarray"),
     wrong("v1_m_not_updated", v1(("m[i0:i1], l[i0:i1] = m_new, l_new", "l[i0:i1] = l_new")),
-          fa1("equivalence", "stability"), says="m не обновляется"),
+          fa1("equivalence", "stability"), says="m не обновляется", mistakes='m не обновляется (забыто m = m_new): acc и l каждый раз обнуляются множителем 0'),
     wrong("v1_max_of_block_only", v1(("m_new = np.maximum(m_old, S.max(axis=1))", "m_new = S.max(axis=1)")),
-          fa1("equivalence", "stability"), says="старый максимум забыт"),
+          fa1("equivalence", "stability"), says="старый максимум забыт", mistakes='m_new = max по блоку, без max(m_old, ·): старый максимум забыт'),
 ]

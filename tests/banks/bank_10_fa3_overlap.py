@@ -1,7 +1,8 @@
 """Lesson 10 bank: the simulator formulas, the overlap program, run_program and FP8, right and wrong."""
-from bank import correct, wrong
+from bank import correct, edited, reference_code, wrong
 
 LESSON = "10_fa3_overlap"
+REFERENCE = reference_code(LESSON)
 
 SEQUENTIAL = """
 def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
@@ -38,46 +39,6 @@ def incoherent_qk(Q, K, seed):
     return Q @ H, K @ H
 """
 
-RUN_HEAD = """
-def run_program(Q, K, V, program, Bc=64):
-    n, d = Q.shape
-    scale = np.float32(1 / np.sqrt(d))
-    m = np.full(n, -np.inf, np.float32)
-    l = np.zeros(n, np.float32)
-    O = np.zeros((n, V.shape[1]), np.float32)
-    m_O = np.full(n, -np.inf, np.float32)
-    S, P = {}, {}
-    for op, j in program:
-        rows = slice(j * Bc, (j + 1) * Bc)
-"""
-
-RUN_QK = """
-        if op == "gemm_qk":
-            S[j] = (Q @ K[rows].T) * scale
-"""
-
-RUN_SOFTMAX = """
-        elif op == "softmax":
-            s = S.pop(j)
-            m_new = np.maximum(m, s.max(axis=1))
-            p = np.exp(s - m_new[:, None])
-            l = l * np.exp(m - m_new) + p.sum(axis=1)
-            P[j] = (p, m_new)
-            m = m_new
-"""
-
-RUN_PV = """
-        elif op == "gemm_pv":
-            p, m_p = P.pop(j)
-            O = O * np.exp(m_O - m_p)[:, None] + p @ V[rows]
-            m_O = m_p
-"""
-
-RUN_TAIL = """
-    return O / l[:, None]
-"""
-
-
 def pipelined(body: str) -> dict[str, str]:
     return {"makespan_pipelined": "def makespan_pipelined(n_tiles, t_load, t_gemm, t_softmax, stages):\n"
                                   + body + IS_COPY_BOUND}
@@ -107,8 +68,9 @@ def program(body: str) -> dict[str, str]:
     return {"overlap_program": "def overlap_program(n_tiles):\n" + body}
 
 
-def run(qk=RUN_QK, softmax=RUN_SOFTMAX, pv=RUN_PV, head=RUN_HEAD, tail=RUN_TAIL) -> dict[str, str]:
-    return {"run_program": head + qk + softmax + pv + tail}
+def run(*edits: tuple[str, str]) -> dict[str, str]:
+    """run_program: the reference with the given edits (each ``old`` stands in it once)."""
+    return {"run_program": edited(REFERENCE["run_program"], *edits)}
 
 
 def quantize(body: str) -> dict[str, str]:
@@ -159,12 +121,10 @@ def pingpong_utilisation(t_gemm, t_softmax, warpgroups):
             prog.append(("gemm_qk", j + 1))
     return prog + [("gemm_pv", n_tiles - 1), ("wait_pv", n_tiles - 1)]
 """)),
-    correct("run_program_rescales_to_running_max", run(pv="""
-        elif op == "gemm_pv":
-            p, m_p = P.pop(j)
-            O = O * np.exp(m_O - m)[:, None] + (p * np.exp(m_p - m)[:, None]) @ V[rows]
-            m_O = m
-""")),
+    correct("run_program_rescales_to_running_max", run(
+        ("O = O * np.exp(m_O - m_p)[:, None] + p @ V[rows]",
+         "O = O * np.exp(m_O - m)[:, None] + (p * np.exp(m_p - m)[:, None]) @ V[rows]"),
+        ("m_O = m_p\n", "m_O = m\n"))),
     correct("quantize_vectorised_with_padding", quantize("""
     n, d = x.shape
     n_blocks = -(-n // block)
@@ -188,37 +148,37 @@ def random_hadamard(d, seed):
 WRONG = [
     wrong("makespan_summed_not_overlapped", pipelined("""
     return n_tiles * (t_load + 2 * t_gemm + t_softmax)
-"""), {"lesson10.makespan_pipelined"}, says="время сложено, а не перекрыто"),
+"""), {"lesson10.makespan_pipelined"}, says="время сложено, а не перекрыто", mistakes='время сложено, а не перекрыто: n·(t_load + 2·t_gemm + t_softmax)'),
     wrong("single_stage_treated_as_overlapping", pipelined("""
     compute = 2 * t_gemm + t_softmax
     return t_load + compute + (n_tiles - 1) * max(t_load, compute)
-"""), {"lesson10.single_stage"}, says="кольцо из одной ячейки считается перекрывающим"),
+"""), {"lesson10.single_stage"}, says="кольцо из одной ячейки считается перекрывающим", mistakes='кольцо из одной ячейки считается перекрывающим (формула для S ≥ 2)'),
     wrong("no_prologue_epilogue", pipelined("""
     if stages == 1:
         return makespan_sequential(n_tiles, t_load, t_gemm, t_softmax)
     return n_tiles * max(t_load, 2 * t_gemm + t_softmax)
-"""), {"lesson10.makespan_pipelined"}, says="нет пролога и эпилога"),
+"""), {"lesson10.makespan_pipelined"}, says="нет пролога и эпилога", mistakes='нет пролога и эпилога: n·max(t_load, c)'),
     wrong("one_gemm_per_tile", {"makespan_sequential": """
 def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
     return n_tiles * (t_load + t_gemm + t_softmax)
-"""}, {"lesson10.makespan_sequential", "lesson10.single_stage"}, says="один GEMM"),
+"""}, {"lesson10.makespan_sequential", "lesson10.single_stage"}, says="один GEMM", mistakes='на тайл посчитан один GEMM, а их два (Q K^T и P V)'),
     wrong("copy_bound_against_one_gemm", copy_bound("""
     return t_load > t_gemm + t_softmax
-"""), {"lesson10.copy_bound"}, says="сравнение с одним GEMM"),
+"""), {"lesson10.copy_bound"}, says="сравнение с одним GEMM", mistakes='сравнение с одним GEMM: t_load > t_gemm + t_softmax'),
     wrong("utilisation_over_tensor_span", utilisation("""
     tensor = [e for e in events if e.unit == "tensor"]
     return sum(e.end - e.start for e in tensor) / (max(e.end for e in tensor) - min(e.start for e in tensor))
-"""), {"lesson10.tensor_utilisation"}, says="от первого до последнего GEMM"),
+"""), {"lesson10.tensor_utilisation"}, says="от первого до последнего GEMM", mistakes='делите на промежуток от первого до последнего GEMM, а не на весь makespan'),
     wrong("utilisation_counts_softmax", utilisation("""
     makespan = max(e.end for e in events) - min(e.start for e in events)
     return sum(e.end - e.start for e in events if e.unit != "tma") / makespan
-"""), {"lesson10.tensor_utilisation"}, says="softmax посчитан"),
+"""), {"lesson10.tensor_utilisation"}, says="softmax посчитан", mistakes='softmax посчитан как работа тензорных ядер'),
     wrong("pingpong_not_capped", pingpong("""
     return warpgroups * 2 * t_gemm / (2 * t_gemm + t_softmax)
-"""), {"lesson10.pingpong_utilisation"}, says="нет ограничения сверху"),
+"""), {"lesson10.pingpong_utilisation"}, says="нет ограничения сверху", mistakes='нет ограничения сверху: загрузка больше 100 %'),
     wrong("pingpong_ignores_warpgroups", pingpong("""
     return 2 * t_gemm / (2 * t_gemm + t_softmax)
-"""), {"lesson10.pingpong_utilisation"}, says="число варп-групп не учтено"),
+"""), {"lesson10.pingpong_utilisation"}, says="число варп-групп не учтено", mistakes='число варп-групп не учтено'),
     wrong("overlap_is_sequential", program("""
     prog = []
     for j in range(n_tiles):
@@ -243,36 +203,25 @@ def makespan_sequential(n_tiles, t_load, t_gemm, t_softmax):
         prog += [("wait_qk", j), ("softmax", j), ("gemm_pv", j), ("wait_pv", j)]
     return prog
 """), {"lesson10.overlap_program_valid", "lesson10.overlap_program_makespan"}, says="только двух тайлов"),
-    wrong("run_rescales_o_in_softmax", run(softmax="""
-        elif op == "softmax":
-            s = S.pop(j)
-            m_new = np.maximum(m, s.max(axis=1))
-            p = np.exp(s - m_new[:, None])
-            alpha = np.exp(m - m_new)
-            l = l * alpha + p.sum(axis=1)
-            O = O * alpha[:, None]
-            P[j] = p
-            m = m_new
-""", pv="""
-        elif op == "gemm_pv":
-            O = O + P.pop(j) @ V[rows]
-"""), {"lesson10.program_math_any_order"}, says="O умножается на exp(m_old − m_new) в softmax"),
+    wrong("run_rescales_o_in_softmax", run(
+        ("            l = l * np.exp(m - m_new) + p.sum(axis=1)\n            P[j] = (p, m_new)\n",
+         "            alpha = np.exp(m - m_new)\n            l = l * alpha + p.sum(axis=1)\n"
+         "            O = O * alpha[:, None]\n            P[j] = p\n"),
+        ("            p, m_p = P.pop(j)\n            O = O * np.exp(m_O - m_p)[:, None] + p @ V[rows]\n            m_O = m_p\n",
+         "            O = O + P.pop(j) @ V[rows]\n")), {"lesson10.program_math_any_order"}, says="O умножается на exp(m_old − m_new) в softmax", mistakes='O умножается на exp(m_old − m_new) в softmax, до того как к нему добавлен отложенный P V предыдущего тайла'),
     wrong("run_ignores_the_program", {"run_program": """
 def run_program(Q, K, V, program, Bc=64):
     S = (Q @ K.T) / np.float32(np.sqrt(Q.shape[1]))
     P = np.exp(S - S.max(axis=1, keepdims=True))
     return (P @ V) / P.sum(axis=1, keepdims=True)
-"""}, {"lesson10.program_math_any_order"}, says="по всем тайлам"),
-    wrong("run_without_scale", run(qk="""
-        if op == "gemm_qk":
-            S[j] = Q @ K[rows].T
-"""), {"lesson10.program_math", "lesson10.program_math_any_order"}, says="нет множителя 1/sqrt(d)"),
+"""}, {"lesson10.program_math_any_order"}, says="по всем тайлам", mistakes='программа не исполняется: внимание посчитано по всем тайлам K, V'),
+    wrong("run_without_scale", run(("S[j] = (Q @ K[rows].T) * scale", "S[j] = Q @ K[rows].T")), {"lesson10.program_math", "lesson10.program_math_any_order"}, says="нет множителя 1/sqrt(d)", mistakes='нет множителя 1/sqrt(d)'),
     wrong("per_tensor_scale_where_per_block_asked", quantize("""
     amax = np.abs(x).max()
     scale = np.float32(amax / 448)
     n_blocks = -(-x.shape[0] // block)
     return (x / scale).astype(F8), np.full(n_blocks, scale, np.float32)
-"""), {"lesson10.quantize_per_block", "lesson10.block_beats_tensor"}, says="один масштаб на весь тензор"),
+"""), {"lesson10.quantize_per_block", "lesson10.block_beats_tensor"}, says="один масштаб на весь тензор", mistakes='один масштаб на весь тензор (amax всего x / 448), а нужен свой для каждого блока'),
     wrong("quantized_to_e5m2", quantize("""
     n_blocks = -(-x.shape[0] // block)
     scales = np.ones(n_blocks, np.float32)
@@ -296,7 +245,7 @@ def random_hadamard(d, seed):
     while H.shape[0] < d:
         H = np.block([[H, H], [H, -H]])
     return H * np.random.default_rng(seed).choice([-1.0, 1.0], size=d)
-"""), {"lesson10.hadamard", "lesson10.qk_unchanged"}, says="не нормирована"),
+"""), {"lesson10.hadamard", "lesson10.qk_unchanged"}, says="не нормирована", mistakes={'H не нормирована: Q Kᵀ выросло в d = 128 раз', 'H не нормирована: Q Kᵀ выросло в d = 64 раз', 'матрица Адамара не нормирована: нет множителя 1/√d'}),
     wrong("hadamard_without_random_signs", hadamard(h="""
 def random_hadamard(d, seed):
     H = np.ones((1, 1))
@@ -307,9 +256,9 @@ def random_hadamard(d, seed):
     wrong("only_q_rotated", hadamard(incoherent="""
 def incoherent_qk(Q, K, seed):
     return Q @ random_hadamard(Q.shape[1], seed), K
-"""), {"lesson10.qk_unchanged"}, says="повёрнута только Q"),
+"""), {"lesson10.qk_unchanged"}, says="повёрнута только Q", mistakes='повёрнута только Q, K осталась прежней'),
     wrong("different_h_for_q_and_k", hadamard(incoherent="""
 def incoherent_qk(Q, K, seed):
     return Q @ random_hadamard(Q.shape[1], seed), K @ random_hadamard(K.shape[1], seed + 1)
-"""), {"lesson10.qk_unchanged"}, says="разные матрицы"),
+"""), {"lesson10.qk_unchanged"}, says="разные матрицы", mistakes='Q и K умножены на разные матрицы (нужна одна и та же H, из одного seed)'),
 ]

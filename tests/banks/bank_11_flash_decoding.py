@@ -138,36 +138,36 @@ CORRECT = [
 
 WRONG = [
     wrong("traffic_k_only", edited("decode_traffic", "kv_bytes = 2 * L", "kv_bytes = L"), {TRAFFIC},
-          says="прочитан только K"),
-    wrong("traffic_without_gqa", edited("decode_traffic", "2 * L * Hkv", "2 * L * Hq"), {TRAFFIC}, says="GQA"),
-    wrong("traffic_qk_only", edited("decode_traffic", "flops = 4 * L", "flops = 2 * L"), {TRAFFIC}, says="q·Kᵀ"),
+          says="прочитан только K", mistakes='прочитан только K (нужны K и V)'),
+    wrong("traffic_without_gqa", edited("decode_traffic", "2 * L * Hkv", "2 * L * Hq"), {TRAFFIC}, says="GQA", mistakes='байты посчитаны по Hq головам запроса (в кэше Hkv голов: GQA)'),
+    wrong("traffic_qk_only", edited("decode_traffic", "flops = 4 * L", "flops = 2 * L"), {TRAFFIC}, says="q·Kᵀ", mistakes='посчитан только q·Kᵀ (нужно и p·V)'),
     wrong("block_table_ignored", edited("paged_decode", "page = block_table[b, j]", "page = j"), DECODE,
-          says="таблица страниц не используется"),
+          says="таблица страниц не используется", mistakes='таблица страниц не используется: позиция t взята из страницы t // page_size пула, а не block_table[b, t // page_size]'),
     wrong("gqa_modulo", edited("paged_decode", "heads = slice(kv * G, (kv + 1) * G)", "heads = slice(kv, Hq, Hkv)"),
-          DECODE, says="h % Hkv"),
+          DECODE, says="h % Hkv", mistakes='GQA: голова h читает KV-голову h % Hkv, а нужна h // (Hq // Hkv)'),
     wrong("stale_slots_read", edited("paged_decode", "used = min(page_size, n - j * page_size)", "used = page_size"),
-          DECODE, says="устаревшие слоты"),
+          DECODE, says="устаревшие слоты", mistakes='прочитаны устаревшие слоты последней страницы (позиции ≥ lengths[b])'),
     wrong("newest_position_dropped", edited("paged_decode", "n = int(lengths[b])", "n = int(lengths[b]) - 1"),
-          DECODE, says="потеряна последняя позиция"),
+          DECODE, says="потеряна последняя позиция", mistakes='потеряна последняя позиция (новый токен): позиции до lengths[b] − 1 не включительно'),
     wrong("scale_one_over_d", edited("paged_decode", "scale = np.float32(1 / math.sqrt(d))", "scale = np.float32(1 / d)"),
-          DECODE, says="масштаб 1/d"),
+          DECODE, says="масштаб 1/d", mistakes='масштаб 1/d вместо 1/sqrt(d)'),
     wrong("m_starts_at_zero", edited("paged_decode", "m = np.full(G, -np.inf, dtype=np.float32)",
-                                     "m = np.zeros(G, dtype=np.float32)"), {LARGE}, says="m начинается с 0"),
+                                     "m = np.zeros(G, dtype=np.float32)"), {LARGE}, says="m начинается с 0", mistakes='m начинается с 0, а не с −inf (все логиты ≪ 0 дают l = 0, и часть считается пустой)'),
     wrong("empty_split_gives_nan", edited("paged_decode", "if l[0] > 0:                                    # an empty group stays (0, -inf)",
-                                          "if True:"), {SPLITS, LARGE}, says="пустая группа"),
+                                          "if True:"), {SPLITS, LARGE}, says="пустая группа", mistakes='пустая группа страниц даёт NaN (0/0) вместо o = 0, lse = −inf'),
     wrong("merge_without_max", {"merge_partials": '''
 def merge_partials(o_parts, lse_parts):
     w = np.exp(lse_parts)
     total = w.sum(axis=0)
     with np.errstate(all="ignore"):
         return ((w[..., None] * o_parts).sum(axis=0) / total[..., None]).astype(np.float32), np.log(total).astype(np.float32)
-'''}, {MERGE, LARGE}, says="без вычитания максимума"),
+'''}, {MERGE, LARGE}, says="без вычитания максимума", mistakes='слияние без вычитания максимума: exp(lse_s) переполняется или обнуляется'),
     wrong("merge_unweighted_mean", edited("merge_partials", "o = (w[..., None] * o_parts).sum(axis=0) / np.where(total > 0, total, np.float32(1))[..., None]",
-                                          "o = o_parts.mean(axis=0)"), {MERGE, SPLITS, LARGE}, says="без весов"),
+                                          "o = o_parts.mean(axis=0)"), {MERGE, SPLITS, LARGE}, says="без весов", mistakes={'слияние без весов: o — среднее o_s', 'слияние частей без весов: o — среднее o_s'}),
     wrong("merge_nan_when_all_empty", edited("merge_partials", "m_safe = np.where(np.isfinite(m), m, np.float32(0))", "m_safe = m"),
-          {MERGE}, says="все части пусты"),
-    wrong("merge_lse_is_max", edited("merge_partials", "lse = m_safe + np.log(total)", "lse = m_safe + 0 * total"),
-          {MERGE}, says="lse = max"),  # paged_decode keeps only o: a wrong lse of the last merge is lost
+          {MERGE}, says="все части пусты", mistakes='все части пусты (lse = −inf): exp(−inf − (−inf)) = NaN вместо o = 0, lse = −inf'),
+    wrong("merge_lse_is_max", edited("merge_partials", "lse = m_safe + np.log(total)", "lse = m"),
+          {MERGE}, says="lse = max", mistakes='lse = max lse_s (без логарифма суммы)'),  # paged_decode keeps only o: a wrong lse of the last merge is lost
     wrong("gathers_the_sequence", {"paged_decode": REFERENCE["paged_decode"].replace(
         "                for j in range(s * per, min((s + 1) * per, n_pages)):",
         "                K_all = k_pages[block_table[b, :n_pages]]     # a copy of the whole sequence\n"

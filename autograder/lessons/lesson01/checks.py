@@ -16,7 +16,7 @@ import numpy.typing  # noqa: F401  first, so that their import-time introspectio
 
 from ...checks import reference
 from ...checks.core import CheckFailed, call_student, check, describe_case, plural
-from ...checks.mistakes import failure
+from ...checks.mistakes import failure, first_match, identify
 from ...checks.scalars import expect_number, fmt, is_number
 
 #: name -> (dense bf16 tensor-core peak, FLOP/s; HBM bandwidth, bytes/s), NVIDIA datasheets.
@@ -77,6 +77,17 @@ def _call_text(name: str, args) -> str:
     return f"{name}({', '.join(as_typed(a) for a in args)})"
 
 
+def _call(function, name: str, args) -> tuple:
+    """The student's ``name(*args)``: (the call as text, what it returned)."""
+    call = _call_text(name, args)
+    return call, call_student(function, *args, case=call, what=name)
+
+
+def _machine(c: dict) -> tuple:
+    """(peak FLOP/s, bandwidth) of a case: its ``gpu`` by name (:data:`GPUS`), or its own two numbers."""
+    return tuple(GPUS[c["gpu"]]) if "gpu" in c else (c["peak_flops"], c["bandwidth"])
+
+
 def _pair(got, call: str, case: str) -> tuple:
     if not (isinstance(got, (tuple, list)) and len(got) == 2):
         raise CheckFailed(f"{call} должна вернуть пару (naive, fused), а вернула "
@@ -92,8 +103,7 @@ def arithmetic_intensity(arithmetic_intensity,
                                 {"flops": 0, "bytes_moved": 2048})):
     for c in cases:
         args = (c["flops"], c["bytes_moved"])
-        call = _call_text("arithmetic_intensity", args)
-        got = call_student(arithmetic_intensity, *args, case=call, what="arithmetic_intensity")
+        call, got = _call(arithmetic_intensity, "arithmetic_intensity", args)
         expect_number(got, ref_intensity(*args), call=call,
                       mistakes={"перевёрнуто: байты / FLOPs": args[1] / args[0] if args[0] else math.nan},
                       hint="интенсивность = FLOPs / байты.")
@@ -103,9 +113,8 @@ def arithmetic_intensity(arithmetic_intensity,
 def ridge_point(ridge_point, cases=tuple({"gpu": name} for name in GPUS)):
     details = []
     for c in cases:
-        args = tuple(GPUS[c["gpu"]]) if "gpu" in c else (c["peak_flops"], c["bandwidth"])
-        call = _call_text("ridge_point", args)
-        got = call_student(ridge_point, *args, case=call, what="ridge_point")
+        args = _machine(c)
+        call, got = _call(ridge_point, "ridge_point", args)
         expect_number(got, ref_ridge(*args), call=call, case=describe_case(**c),
                       mistakes={"ridge point перевёрнут: пропускная способность / пик": args[1] / args[0]},
                       hint="ridge point = peak_flops / bandwidth (FLOP/байт).")
@@ -119,10 +128,9 @@ def attainable_flops(attainable_flops,
                      cases=({"intensity": 1.0, "gpu": "H100 SXM"}, {"intensity": 1000.0, "gpu": "H100 SXM"},
                             {"intensity": 50.0, "gpu": "A100 80GB SXM"})):
     for c in cases:
-        peak, bandwidth = GPUS[c["gpu"]] if "gpu" in c else (c["peak_flops"], c["bandwidth"])
+        peak, bandwidth = _machine(c)
         args = (c["intensity"], peak, bandwidth)
-        call = _call_text("attainable_flops", args)
-        got = call_student(attainable_flops, *args, case=call, what="attainable_flops")
+        call, got = _call(attainable_flops, "attainable_flops", args)
         expect_number(got, ref_attainable(*args), call=call, case=describe_case(**c),
                       mistakes={"max вместо min: крыша не ограничивает": max(peak, args[0] * bandwidth),
                                 "забыт потолок вычислений: только I · B": args[0] * bandwidth,
@@ -137,11 +145,10 @@ def roofline_time(roofline_time,
                          {"flops": 5.15e10, "bytes_moved": 7.13e7, "gpu": "H100 SXM"},
                          {"flops": 1e9, "bytes_moved": 0, "gpu": "H200 SXM"})):
     for c in cases:
-        peak, bandwidth = GPUS[c["gpu"]] if "gpu" in c else (c["peak_flops"], c["bandwidth"])
-        args = (c["flops"], c["bytes_moved"], peak, bandwidth)
-        call = _call_text("roofline_time", args)
-        got = call_student(roofline_time, *args, case=call, what="roofline_time")
-        f, b = args[0], args[1]
+        peak, bandwidth = _machine(c)
+        f, b = c["flops"], c["bytes_moved"]
+        args = (f, b, peak, bandwidth)
+        call, got = _call(roofline_time, "roofline_time", args)
         expect_number(got, ref_time(*args), call=call, case=describe_case(**c),
                       mistakes={"сумма времён вместо максимума": f / peak + b / bandwidth,
                                 "min вместо max: берётся меньшее из времён": min(f / peak, b / bandwidth),
@@ -155,10 +162,9 @@ def bound_by(bound_by,
                     {"flops": 5.15e10, "bytes_moved": 7.13e7, "gpu": "H100 SXM"},
                     {"flops": 8.6e9, "bytes_moved": 1.72e8, "gpu": "A100 40GB"})):
     for c in cases:
-        peak, bandwidth = GPUS[c["gpu"]] if "gpu" in c else (c["peak_flops"], c["bandwidth"])
+        peak, bandwidth = _machine(c)
         args = (c["flops"], c["bytes_moved"], peak, bandwidth)
-        call = _call_text("bound_by", args)
-        got = call_student(bound_by, *args, case=call, what="bound_by")
+        call, got = _call(bound_by, "bound_by", args)
         expected = ref_bound(*args)
         if not isinstance(got, str) or got != expected:
             intensity, ridge = args[0] / args[1], peak / bandwidth
@@ -220,58 +226,58 @@ def bad_input(arithmetic_intensity, ridge_point, attainable_flops, roofline_time
 
 # --- traffic counts ------------------------------------------------------------------------------
 
-def _count_args(c: dict, first: str) -> tuple:
-    return (c[first],) if "bytes_per_element" not in c else (c[first], c["bytes_per_element"])
+def _count_args(c: dict, *fields: str) -> tuple:
+    """A count's arguments: the case's ``fields``, then its ``bytes_per_element`` where it gives one."""
+    return tuple(c[f] for f in fields) + ((c["bytes_per_element"],) if "bytes_per_element" in c else ())
+
+
+def _naive_and_fused(function, name: str, c: dict, field: str, expected, *, naive: tuple, fused: tuple) -> None:
+    """``name(c[field], [bytes_per_element])`` returns the pair (naive, fused) of ``expected(*args)``;
+    ``naive`` and ``fused`` are each one's (known mistakes, hint)."""
+    args = _count_args(c, field)
+    case = describe_case(**c)
+    call, got = _call(function, name, args)
+    for index, (label, value, want, (mistakes, hint)) in enumerate(
+            zip(("naive", "fused"), _pair(got, call, case), expected(*args), (naive, fused))):
+        expect_number(value, want, call=f"{call}[{index}] ({label})", exact=True, case=case, mistakes=mistakes,
+                      hint=hint)
 
 
 @check("lesson01.rmsnorm_bytes", points=1, title="RMSNorm: байты на строку, naive и fused")
 def rmsnorm_bytes(rmsnorm_bytes_per_row, cases=({"d": 1024},)):
     for c in cases:
-        args = _count_args(c, "d")
-        call = _call_text("rmsnorm_bytes_per_row", args)
-        naive, fused = _pair(call_student(rmsnorm_bytes_per_row, *args, case=call, what="rmsnorm_bytes_per_row"),
-                             call, describe_case(**c))
-        exp_naive, exp_fused = expected_rmsnorm_bytes(*args)
-        b = args[1] if len(args) > 1 else 2
-        expect_number(naive, exp_naive, call=call + "[0] (naive)", exact=True, case=describe_case(**c),
-                      mistakes={"4 прохода вместо 5: забыто повторное чтение x или чтение x²": 4 * c["d"] * b,
-                                "элементы вместо байт (не умножили на bytes_per_element)": 5 * c["d"],
-                                "байты считаются как 4 (float32) вместо bytes_per_element": 5 * c["d"] * 4},
-                      hint="наивно 5 проходов по d элементов: read x, write x², read x² (mean), read x, write y.")
-        expect_number(fused, exp_fused, call=call + "[1] (fused)", exact=True, case=describe_case(**c),
-                      mistakes={"fused считает повторное чтение x: на GPU строка лежит в регистрах": 3 * c["d"] * b,
-                                "элементы вместо байт (не умножили на bytes_per_element)": 2 * c["d"]},
-                      hint="fused: прочитать x и записать y — 2 прохода по d элементов.")
+        d, b = c["d"], c.get("bytes_per_element", 2)
+        _naive_and_fused(
+            rmsnorm_bytes_per_row, "rmsnorm_bytes_per_row", c, "d", expected_rmsnorm_bytes,
+            naive=({"4 прохода вместо 5: забыто повторное чтение x или чтение x²": 4 * d * b,
+                    "элементы вместо байт (не умножили на bytes_per_element)": 5 * d,
+                    "байты считаются как 4 (float32) вместо bytes_per_element": 5 * d * 4},
+                   "наивно 5 проходов по d элементов: read x, write x², read x² (mean), read x, write y."),
+            fused=({"fused считает повторное чтение x: на GPU строка лежит в регистрах": 3 * d * b,
+                    "элементы вместо байт (не умножили на bytes_per_element)": 2 * d},
+                   "fused: прочитать x и записать y — 2 прохода по d элементов."))
 
 
 @check("lesson01.swiglu_bytes", points=1, title="SwiGLU: байты на токен, naive и fused (GPU)")
 def swiglu_bytes(swiglu_bytes_per_token, cases=({"I": 3072},)):
     for c in cases:
-        args = _count_args(c, "I")
-        call = _call_text("swiglu_bytes_per_token", args)
-        naive, fused = _pair(call_student(swiglu_bytes_per_token, *args, case=call, what="swiglu_bytes_per_token"),
-                             call, describe_case(**c))
-        exp_naive, exp_fused = reference.swiglu_traffic(*args)
-        b = args[1] if len(args) > 1 else 2
-        expect_number(naive, exp_naive, call=call + "[0] (naive)", exact=True, case=describe_case(**c),
-                      mistakes={"3 прохода: посчитаны только записи g, u, h (чтения g и u забыты)": 3 * c["I"] * b,
-                                "элементы вместо байт (не умножили на bytes_per_element)": 5 * c["I"]},
-                      hint="наивно: записать g и u (GEMM), прочитать их (epilogue), записать h — 5·I элементов.")
-        expect_number(fused, exp_fused, call=call + "[1] (fused)", exact=True, case=describe_case(**c),
-                      mistakes={"это CPU-вариант с одним GEMM (3·I): на GPU g и u не покидают регистры":
-                                    3 * c["I"] * b,
-                                "элементы вместо байт (не умножили на bytes_per_element)": c["I"]},
-                      hint="на GPU epilogue применяется до записи: в HBM уходит только h = silu(g)·u, I элементов.")
+        inner, b = c["I"], c.get("bytes_per_element", 2)
+        _naive_and_fused(
+            swiglu_bytes_per_token, "swiglu_bytes_per_token", c, "I", reference.swiglu_traffic,
+            naive=({"3 прохода: посчитаны только записи g, u, h (чтения g и u забыты)": 3 * inner * b,
+                    "элементы вместо байт (не умножили на bytes_per_element)": 5 * inner},
+                   "наивно: записать g и u (GEMM), прочитать их (epilogue), записать h — 5·I элементов."),
+            fused=({"это CPU-вариант с одним GEMM (3·I): на GPU g и u не покидают регистры": 3 * inner * b,
+                    "элементы вместо байт (не умножили на bytes_per_element)": inner},
+                   "на GPU epilogue применяется до записи: в HBM уходит только h = silu(g)·u, I элементов."))
 
 
 @check("lesson01.attention_scores_bytes", points=1, title="Матрица S: байты на слой (все головы)")
 def attention_scores_bytes(attention_scores_bytes,
                            cases=({"n": 4096, "heads": 16}, {"n": 32768, "heads": 16})):
     for c in cases:
-        args = (c["n"], c["heads"]) + ((c["bytes_per_element"],) if "bytes_per_element" in c else ())
-        call = _call_text("attention_scores_bytes", args)
-        got = call_student(attention_scores_bytes, *args, case=call, what="attention_scores_bytes")
-        b = args[2] if len(args) > 2 else 2
+        args, b = _count_args(c, "n", "heads"), c.get("bytes_per_element", 2)
+        call, got = _call(attention_scores_bytes, "attention_scores_bytes", args)
         n, h = c["n"], c["heads"]
         expect_number(got, expected_scores_bytes(*args), call=call, exact=True, case=describe_case(**c),
                       mistakes={"n²·d вместо n²: S не зависит от head_dim": h * n * n * 128 * b,
@@ -287,14 +293,12 @@ ATTENTION_FIVE_PASSES = ("запись S", "чтение S для max", "чте�
 @check("lesson01.naive_attention_traffic", points=1, title="Наивный attention: трафик на голову по проходам")
 def naive_attention_traffic(naive_attention_traffic, cases=({"n": 4096, "d": 128},)):
     for c in cases:
-        args = (c["n"], c["d"]) + ((c["bytes_per_element"],) if "bytes_per_element" in c else ())
-        call = _call_text("naive_attention_traffic", args)
-        got = call_student(naive_attention_traffic, *args, case=call, what="naive_attention_traffic")
+        args = _count_args(c, "n", "d")
+        call, got = _call(naive_attention_traffic, "naive_attention_traffic", args)
         if not isinstance(got, dict) or not got:
             raise CheckFailed(f"{call} должна вернуть непустой словарь {{название прохода: байты}}, "
                               f"а вернула {type(got).__name__}.")
-        n, d = c["n"], c["d"]
-        b = args[2] if len(args) > 2 else 2
+        n, d, b = c["n"], c["d"], c.get("bytes_per_element", 2)
         for name, value in got.items():
             if not isinstance(name, str) or not name.strip():
                 raise CheckFailed(f"{call}: ключи словаря — названия проходов (непустые строки), а есть {name!r}.")
@@ -318,13 +322,11 @@ def naive_attention_traffic(naive_attention_traffic, cases=({"n": 4096, "d": 128
 @check("lesson01.gemm_traffic", points=1, title="GEMM: FLOPs и байты")
 def gemm_traffic(gemm_traffic, cases=({"M": 4096, "N": 6144, "K": 1024},)):
     for c in cases:
-        args = (c["M"], c["N"], c["K"]) + ((c["bytes_per_element"],) if "bytes_per_element" in c else ())
-        call = _call_text("gemm_traffic", args)
-        got = call_student(gemm_traffic, *args, case=call, what="gemm_traffic")
+        args = _count_args(c, "M", "N", "K")
+        call, got = _call(gemm_traffic, "gemm_traffic", args)
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
             raise CheckFailed(f"{call} должна вернуть пару (flops, bytes), а вернула {type(got).__name__}.")
-        M, N, K = c["M"], c["N"], c["K"]
-        b = args[3] if len(args) > 3 else 2
+        M, N, K, b = c["M"], c["N"], c["K"], c.get("bytes_per_element", 2)
         flops, bytes_moved = expected_gemm(*args)
         expect_number(got[0], flops, call=call + "[0] (FLOPs)", exact=True, case=describe_case(**c),
                       mistakes={"M·N·K: умножение и сложение — две операции, FLOPs = 2·M·N·K": M * N * K},
@@ -347,10 +349,17 @@ QWEN_OPS = {  # name -> (FLOPs, bytes) for the visible case: Qwen3-0.6B, bf16, T
 ROOF_REL = 1e-6
 
 
+def _same_heights(ys, reference) -> bool:
+    """The test of a drawn line against a curve: every vertex height finite and within ROOF_REL of the curve's."""
+    ys, reference = np.asarray(ys, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        return bool(len(ys) and ys.shape == reference.shape and np.all(np.isfinite(ys))
+                    and np.all(np.abs(ys - reference) <= ROOF_REL * np.abs(reference)))
+
+
 def _on_curve(xs, ys, curve) -> bool:
     with np.errstate(all="ignore"):
-        expected = curve(xs)
-        return bool(len(xs) and np.all(np.isfinite(ys)) and np.all(np.abs(ys - expected) <= ROOF_REL * np.abs(expected)))
+        return _same_heights(ys, curve(xs))
 
 
 def _roof(peak, bandwidth):
@@ -382,18 +391,20 @@ ROOF_HINT = ("Постройте крышу одной ломаной: верш�
 
 
 def _roof_mistake(lines, gpu, peak, bandwidth) -> str | None:
-    """Why no line is the roofline: the first known mistake that fits a drawn line."""
-    known = [
-        ("наклонная без крыши: y = I·B без min с пиком", lambda x: x * bandwidth),
-        ("max вместо min", lambda x: np.maximum(peak, x * bandwidth)),
-        ("ось y в TFLOP/s: по контракту — FLOP/s", lambda x: np.minimum(peak, x * bandwidth) / 1e12),
-    ]
-    known += [(f"крыша другого GPU ({name}), а не {gpu}", _roof(*GPUS[name])) for name in GPUS if name != gpu]
+    """Why no line is the roofline: the first known mistake that fits a drawn line (and misses the roof there)."""
+    known = {
+        "наклонная без крыши: y = I·B без min с пиком": lambda x: x * bandwidth,
+        "max вместо min": lambda x: np.maximum(peak, x * bandwidth),
+        "ось y в TFLOP/s: по контракту — FLOP/s": lambda x: np.minimum(peak, x * bandwidth) / 1e12,
+    }
+    known |= {f"крыша другого GPU ({name}), а не {gpu}": _roof(*GPUS[name]) for name in GPUS if name != gpu}
     for line in lines:
         xy = _line_points(line)
-        for description, curve in known:
-            if len(xy) >= 2 and _on_curve(xy[:, 0], xy[:, 1], curve):
-                return description
+        if len(xy) >= 2:
+            xs = xy[:, 0]
+            mistake = identify(xy[:, 1], _roof(peak, bandwidth)(xs), known, (xs,), close=_same_heights)
+            if mistake:
+                return mistake
     return None
 
 
@@ -415,6 +426,12 @@ def _find_roofline(lines, peak, bandwidth, x_low, x_high):
         else:
             return line, problems
     return None, problems
+
+
+def _has_point(points, xy) -> bool:
+    """Is one of ``points`` (an (N, 2) array, or one point) at ``xy`` within ROOF_REL in both coordinates?"""
+    points, xy = np.atleast_2d(np.asarray(points, dtype=np.float64)), np.asarray(xy, dtype=np.float64)
+    return bool(len(points) and np.any(np.all(np.abs(points - xy) <= ROOF_REL * np.abs(xy), axis=1)))
 
 
 def _labels(ax) -> list[str]:
@@ -466,14 +483,13 @@ def _grade_axes(axes, gpu, ops, case) -> str:
     labels = _labels(ax)
     for name, intensity in intensities.items():
         expected = np.array([intensity, min(peak, intensity * bandwidth)])
-        if not len(points) or not np.any(np.all(np.abs(points - expected) <= ROOF_REL * expected, axis=1)):
+        if not _has_point(points, expected):
             wrong = {"точка на высоте пика P, а не на крыше": (intensity, peak),
                      "точка на наклонной I·B без min": (intensity, intensity * bandwidth),
                      "по оси x отложены байты/FLOPs (интенсивность перевёрнута)":
                          (1 / intensity, min(peak, bandwidth / intensity)),
                      "ось y в TFLOP/s: по контракту — FLOP/s": (intensity, expected[1] / 1e12)}
-            named = next((d for d, xy in wrong.items() if len(points) and np.any(
-                np.all(np.abs(points - np.array(xy)) <= ROOF_REL * np.abs(np.array(xy)), axis=1))), None)
+            named = first_match(points, expected, wrong, close=_has_point)
             raise failure(
                 f"Нет точки оператора «{name}»: ожидалась точка (I, min(P, I·B)) = ({expected[0]:.6g}, "
                 f"{expected[1]:.6g}) ({case}); точек на графике, кроме крыши: {len(points)}.", named,

@@ -10,10 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...checks import reference
-from ...checks.core import (CheckFailed, call_student, check, compare, describe_case, require_array,
-                            require_unchanged)
+from ...checks.core import CheckFailed, call_student, check, describe_case, require_array, require_unchanged
 from ...checks.inputs import normal
-from ...checks.memory import MiB, measure_peak, peak_table
+from ...checks.memory import Bound, MiB, checked_peak, one_row, peaks_within
 from ...checks.mistakes import compare_or_name
 from ...checks.scalars import expect_number
 
@@ -164,25 +163,21 @@ def memory_bound(T: int, I: int) -> int:
 
 @check("lesson03.memory", points=2, title="Пик памяти ≤ выход GEMM + результат: нет копий g и u")
 def memory(fused_swiglu, cases=({"T": 512, "D": 1024, "I": 3072, "seed": 4},)):
-    rows = []
-    for c in cases:
+    def measure(c, case) -> Bound:
         x, w = _case_inputs(c["T"], c["D"], c["I"], c["seed"])
-        case = describe_case(**c)
-        peak = measure_peak(fused_swiglu, x.copy(), w.copy(), case=case, what="fused_swiglu")
-        compare(peak.result, _oracle(x, w), case=case, **_tolerance(1.0))
-        allowed = memory_bound(c["T"], c["I"])
-        block = c["T"] * c["I"] * 4
-        rows.append((f"T={c['T']}, D={c['D']}, I={c['I']}", peak.bytes, allowed))
-        if peak.bytes > allowed:
-            raise CheckFailed(
-                f"пик памяти {peak.mib:.1f} МиБ, допустимо {allowed / MiB:.1f} МиБ = выход GEMM (T, 2I) "
-                f"{2 * block / MiB:.1f} МиБ + результат (T, I) {block / MiB:.1f} МиБ + запас ({case}).\n"
-                f"Это {peak.bytes / block:.1f} массива (T, I): кроме выхода GEMM и результата живут ещё "
-                f"{max(peak.bytes / block - 3, 0):.1f}. Вероятно, копии g и u (.copy(), np.concatenate, "
-                "индексация списком) или цепочка временных массивов в silu. Берите g и u срезами-видами "
-                "выхода GEMM и считайте epilogue на месте (out=..., *=): половину g можно использовать как "
-                "рабочий буфер, когда g больше не нужен.")
-    return peak_table(rows)
+        peak = checked_peak(fused_swiglu, (x.copy(), w.copy()), lambda: _oracle(x, w), case=case, what="fused_swiglu",
+                            **_tolerance(1.0))
+        allowed, block = memory_bound(c["T"], c["I"]), c["T"] * c["I"] * 4
+        return one_row(peak, allowed, f"T={c['T']}, D={c['D']}, I={c['I']}", lambda table: (
+            f"пик памяти {peak.mib:.1f} МиБ, допустимо {allowed / MiB:.1f} МиБ = выход GEMM (T, 2I) "
+            f"{2 * block / MiB:.1f} МиБ + результат (T, I) {block / MiB:.1f} МиБ + запас ({case}).\n"
+            f"Это {peak.bytes / block:.1f} массива (T, I): кроме выхода GEMM и результата живут ещё "
+            f"{max(peak.bytes / block - 3, 0):.1f}. Вероятно, копии g и u (.copy(), np.concatenate, "
+            "индексация списком) или цепочка временных массивов в silu. Берите g и u срезами-видами "
+            "выхода GEMM и считайте epilogue на месте (out=..., *=): половину g можно использовать как "
+            "рабочий буфер, когда g больше не нужен."))
+
+    return peaks_within(cases, measure)
 
 
 # --- bytes per token ------------------------------------------------------------------------

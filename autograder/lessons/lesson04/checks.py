@@ -134,12 +134,17 @@ def update_mistakes(before, s, v) -> dict[str, tuple]:
         }
 
 
-def _update_mistake(got, before, s, v) -> str | None:
-    """The known mistake of one update step that the student's state (m, l, acc) matches."""
+def _same_state(state, reference) -> bool:
+    """The state test of :func:`_check_state` as a matcher: m, l and acc all close (NaN matches NaN)."""
+    return all(_close(x, w, nan_ok=True) for x, w in zip(state, reference))
+
+
+def _update_mistake(got, want, before, s, v) -> str | None:
+    """The known mistake of one update step from ``before`` that the student's state (m, l, acc) matches
+    (``want``: the right state after it)."""
     if not np.isfinite(s).any():  # a fully masked block: every variant predicts NaN, none is named
         return None
-    return first_match(got, update_mistakes(before, s, v),
-                       lambda g, wrong: all(_close(x, w, nan_ok=True) for x, w in zip(g, wrong)))
+    return first_match(got, want, update_mistakes(before, s, v), close=_same_state)
 
 
 # --- running the student's functions --------------------------------------------------------
@@ -183,11 +188,12 @@ def run_blocks(init, update, scores, values, bounds, *, case: str, check_each: b
         seen = np.concatenate([seen, np.arange(a, b)])
         if check_each:
             got = read_state(state, d, case=case, what="online_softmax_update")
+            want = expected_state(scores[seen], values[seen])
             mistake = None
             if all(_close(x, y) for x, y in zip(before, want_before)):
-                mistake = _update_mistake(got, want_before, scores[a:b], values[a:b])
-            _check_state(got, expected_state(scores[seen], values[seen]), case=case,
-                         step=f"после блока {number} (элементы {a}..{b - 1})", mistake=mistake)
+                mistake = _update_mistake(got, want, want_before, scores[a:b], values[a:b])
+            _check_state(got, want, case=case, step=f"после блока {number} (элементы {a}..{b - 1})",
+                         mistake=mistake)
     return state
 
 
@@ -201,6 +207,35 @@ def random_bounds(n: int, rng: np.random.Generator) -> list[tuple[int, int]]:
 def random_row(rng: np.random.Generator, n: int, d: int, spread: float = 3.0):
     offset = rng.choice([-20.0, -5.0, 0.0, 5.0])  # some rows entirely negative: m must not stick at 0
     return offset + spread * rng.standard_normal(n), rng.standard_normal((n, d))
+
+
+def blocks_match(functions, scores, values, bounds, *, case: str, hint: str = "") -> None:
+    """``functions`` (init, update, finalize) fed the blocks in order (the invariant after each, run_blocks)
+    end with softmax(scores) @ values."""
+    init, update, finalize = functions
+    state = run_blocks(init, update, scores, values, bounds, case=case)
+    _check_result(_finalize(finalize, state, values.shape[1], case), softmax_average(scores, values),
+                  case=case, hint=hint)
+
+
+def random_blocks(functions, cases, *, shuffled: bool) -> str:
+    """Random rows split into random blocks (:func:`blocks_match` on each), fed in order or ``shuffled``:
+    per case its seed and number of trials; n in [1, 40) (in [2, 40) when shuffled), d in [1, 6)."""
+    for c in cases:
+        rng = np.random.default_rng(c["seed"])
+        for trial in range(c["trials"]):
+            n, d = int(rng.integers(2 if shuffled else 1, 40)), int(rng.integers(1, 6))
+            scores, values = random_row(rng, n, d)
+            bounds = random_bounds(n, rng)
+            if shuffled:
+                bounds = [bounds[i] for i in rng.permutation(len(bounds))]
+                shown = {"порядок_блоков": bounds}
+            else:
+                shown = {"блоки": [b - a for a, b in bounds]}
+            blocks_match(functions, scores, values, bounds,
+                         case=describe_case(seed=c["seed"], проба=trial, n=n, d=d, **shown),
+                         hint="Блоки пришли не по порядку: результат от этого зависеть не должен." if shuffled else "")
+    return f"{sum(c['trials'] for c in cases)} случайных {'порядков' if shuffled else 'разбиений'}"
 
 
 # --- checks ---------------------------------------------------------------------------------
@@ -266,7 +301,7 @@ def update_step(online_softmax_update, cases=({"seed": 0, "d": 4},)):
                                           what="online_softmax_update"),
                              d, case=case, what="online_softmax_update")
             want = expected_state(np.concatenate([seen, s]), np.concatenate([v_seen, v]))
-            _check_state(got, want, case=case, step="после шага", mistake=_update_mistake(got, before, s, v),
+            _check_state(got, want, case=case, step="после шага", mistake=_update_mistake(got, want, before, s, v),
                          hint="Шаг: m_new = max(m, max(s)); c = exp(m − m_new); l = l·c + Σ exp(s − m_new); "
                               "acc = acc·c + exp(s − m_new) @ v.")
             steps += 1
@@ -276,35 +311,15 @@ def update_step(online_softmax_update, cases=({"seed": 0, "d": 4},)):
 @check("lesson04.block_sizes", points=1, title="Любые размеры блоков: инвариант после каждого блока")
 def block_sizes(online_softmax_init, online_softmax_update, online_softmax_finalize,
                 cases=({"seed": 1, "trials": 25},)):
-    for c in cases:
-        rng = np.random.default_rng(c["seed"])
-        for trial in range(c["trials"]):
-            n, d = int(rng.integers(1, 40)), int(rng.integers(1, 6))
-            scores, values = random_row(rng, n, d)
-            bounds = random_bounds(n, rng)
-            case = describe_case(seed=c["seed"], проба=trial, n=n, d=d,
-                                 блоки=[b - a for a, b in bounds])
-            state = run_blocks(online_softmax_init, online_softmax_update, scores, values, bounds, case=case)
-            _check_result(_finalize(online_softmax_finalize, state, d, case), softmax_average(scores, values),
-                          case=case)
-    return f"{sum(c['trials'] for c in cases)} случайных разбиений"
+    return random_blocks((online_softmax_init, online_softmax_update, online_softmax_finalize), cases,
+                         shuffled=False)
 
 
 @check("lesson04.block_order", points=1, title="Любой порядок блоков даёт тот же результат")
 def block_order(online_softmax_init, online_softmax_update, online_softmax_finalize,
                 cases=({"seed": 2, "trials": 20},)):
-    for c in cases:
-        rng = np.random.default_rng(c["seed"])
-        for trial in range(c["trials"]):
-            n, d = int(rng.integers(2, 40)), int(rng.integers(1, 6))
-            scores, values = random_row(rng, n, d)
-            bounds = random_bounds(n, rng)
-            order = [bounds[i] for i in rng.permutation(len(bounds))]
-            case = describe_case(seed=c["seed"], проба=trial, n=n, d=d, порядок_блоков=order)
-            state = run_blocks(online_softmax_init, online_softmax_update, scores, values, order, case=case)
-            _check_result(_finalize(online_softmax_finalize, state, d, case), softmax_average(scores, values),
-                          case=case, hint="Блоки пришли не по порядку: результат от этого зависеть не должен.")
-    return f"{sum(c['trials'] for c in cases)} случайных порядков"
+    return random_blocks((online_softmax_init, online_softmax_update, online_softmax_finalize), cases,
+                         shuffled=True)
 
 
 @check("lesson04.masked_blocks", points=1, title="Полностью замаскированные блоки (−inf) до и после настоящих")
@@ -323,11 +338,8 @@ def masked_blocks(online_softmax_init, online_softmax_update, online_softmax_fin
             scores = np.concatenate([np.full(3, -np.inf) if b is None else b for b in blocks])
             values = rng.standard_normal((scores.size, d))
             edges = np.cumsum([0] + [3 if b is None else b.size for b in blocks])
-            case = describe_case(**c, блоки=label)
-            state = run_blocks(online_softmax_init, online_softmax_update, scores, values,
-                               list(zip(edges[:-1], edges[1:])), case=case)
-            _check_result(_finalize(online_softmax_finalize, state, d, case), softmax_average(scores, values),
-                          case=case)
+            blocks_match((online_softmax_init, online_softmax_update, online_softmax_finalize), scores, values,
+                         list(zip(edges[:-1], edges[1:])), case=describe_case(**c, блоки=label))
     return "замаскированные блоки не меняют состояние и не дают NaN"
 
 
@@ -346,11 +358,10 @@ def huge_logits(online_softmax_init, online_softmax_update, online_softmax_final
         for label, scores in rows.items():
             values = rng.standard_normal((n, d))
             bounds = [(a, min(a + size, n)) for a in range(0, n, size)]
-            case = describe_case(**c, скоры=label)
-            state = run_blocks(online_softmax_init, online_softmax_update, scores, values, bounds, case=case)
-            _check_result(_finalize(online_softmax_finalize, state, d, case), softmax_average(scores, values),
-                          case=case, hint="Все экспоненты — от текущего максимума: exp(s − m) ≤ 1 и "
-                                          "exp(m_old − m_new) ≤ 1, поэтому переполнения нет при любых логитах.")
+            blocks_match((online_softmax_init, online_softmax_update, online_softmax_finalize), scores, values,
+                         bounds, case=describe_case(**c, скоры=label),
+                         hint="Все экспоненты — от текущего максимума: exp(s − m) ≤ 1 и "
+                              "exp(m_old − m_new) ≤ 1, поэтому переполнения нет при любых логитах.")
     return "±1e4 без inf и NaN"
 
 

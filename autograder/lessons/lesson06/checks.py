@@ -22,7 +22,7 @@ import numpy as np
 
 from ...gpu import runtime as gpu, nvrtc
 from ...checks.core import CheckFailed, check, describe_case, require_unchanged
-from ...gpu.sanitizer import sanitizer_check
+from ...gpu.sanitizer import sanitizer_verdict
 from ...checks.inputs import normal
 from ...checks.mistakes import compare_or_name
 
@@ -109,10 +109,19 @@ for _tile in (16, 32):
 
 # --- one table of kernels ---------------------------------------------------------------------
 
+#: Per kernel: the student's wrapper (``what``), the source's name, its kernels, and the tails of its
+#: checks' titles: what equivalence shows, the inputs the memory check keeps, and the run under
+#: compute-sanitizer (the check id's tail, its timeout, title and whether racecheck runs too).
+RACES = ("sanitizer", 150, "без выходов за границы и гонок (memcheck, racecheck)", True)
 KERNELS = {
-    "scale_add": dict(what="scale_add_gpu", source="SCALE_ADD_SRC", kernels=("scale_add",)),
-    "row_sums": dict(what="row_sums_gpu", source="ROW_SUMS_SRC", kernels=("row_sums",)),
-    "matmul": dict(what="matmul_tiled_gpu", source="MATMUL_SRC", kernels=("matmul_tiled",)),
+    "scale_add": dict(what="scale_add_gpu", source="SCALE_ADD_SRC", kernels=("scale_add",),
+                      matches="совпадает с эталоном, любое n ≥ 1", inputs="входы",
+                      sanitizer=("bounds", 120, "не выходит за границы массивов (compute-sanitizer memcheck)",
+                                 False)),
+    "row_sums": dict(what="row_sums_gpu", source="ROW_SUMS_SRC", kernels=("row_sums",),
+                     matches="совпадает с эталоном (D меньше и больше блока)", inputs="вход", sanitizer=RACES),
+    "matmul": dict(what="matmul_tiled_gpu", source="MATMUL_SRC", kernels=("matmul_tiled",),
+                   matches="совпадает с A @ B (формы не кратны тайлу)", inputs="входы", sanitizer=RACES),
 }
 
 
@@ -208,77 +217,46 @@ def _memory(kernel: str, fn, cases) -> str:
 
 def _sanitizer(kernel: str, fn, cases, *, races: bool) -> str:
     name, params, _ = INPUTS[kernel]
-    done = []
-    for c in cases:
-        RUN[kernel](fn, c)
-        case = describe_case(**c)
-        done += sanitizer_check(fn, f"{__name__}:{name}", {p: c[p] for p in params}, case, races=races)
-    return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
+    return sanitizer_verdict(fn, f"{__name__}:{name}", cases, lambda c: RUN[kernel](fn, c), races=races,
+                             params=params)
 
 
 # --- the checks -------------------------------------------------------------------------------
 
-@check("lesson06.scale_add_compiles", points=1, title="Ядро scale_add компилируется (NVRTC, sm_75/80/90, без GPU)",
-       memory_limit_gib=None)
-def scale_add_compiles(source):
-    return nvrtc.compile_check(source, ("scale_add",), what="SCALE_ADD_SRC")
+def _named(function, name: str):
+    function.__name__ = function.__qualname__ = name
+    return function
 
 
-@gpu.gpu_check("lesson06.scale_add", points=2, title="GPU: scale_add совпадает с эталоном, любое n ≥ 1")
-def scale_add(scale_add_gpu, cases=VISIBLE["scale_add"]):
-    return _equivalence("scale_add", scale_add_gpu, cases)
+def _register(kernel: str, spec: dict) -> None:
+    """The four checks of ``kernel``: ``lesson06.{kernel}_compiles`` (NVRTC, no GPU), then on the GPU
+    ``lesson06.{kernel}`` (equivalence), ``lesson06.{kernel}_memory`` and its run under compute-sanitizer."""
+    shown = spec["kernels"][0]
+    sanitizer_id, sanitizer_timeout, sanitizer_title, races = spec["sanitizer"]
+
+    def compiles(source):
+        return nvrtc.compile_check(source, spec["kernels"], what=spec["source"])
+
+    def equivalence(fn, cases=VISIBLE[kernel]):
+        return _equivalence(kernel, fn, cases)
+
+    def memory(fn, cases=MEMORY_CASES[kernel]):
+        return _memory(kernel, fn, cases)
+
+    def sanitizer(fn, cases=SANITIZER_CASES[kernel]):
+        return _sanitizer(kernel, fn, cases, races=races)
+
+    check(f"lesson06.{kernel}_compiles", points=1,
+          title=f"Ядро {shown} компилируется (NVRTC, sm_75/80/90, без GPU)",
+          memory_limit_gib=None)(_named(compiles, f"{kernel}_compiles"))
+    gpu.gpu_check(f"lesson06.{kernel}", points=2, title=f"GPU: {shown} {spec['matches']}")(
+        _named(equivalence, kernel))
+    gpu.gpu_check(f"lesson06.{kernel}_memory", points=1,
+                  title=f"GPU: {shown} не меняет {spec['inputs']} и выделяет только выход")(
+        _named(memory, f"{kernel}_memory"))
+    gpu.gpu_check(f"lesson06.{kernel}_{sanitizer_id}", points=1, timeout_s=sanitizer_timeout,
+                  title=f"GPU: {shown} {sanitizer_title}")(_named(sanitizer, f"{kernel}_{sanitizer_id}"))
 
 
-@gpu.gpu_check("lesson06.scale_add_memory", points=1, title="GPU: scale_add не меняет входы и выделяет только выход")
-def scale_add_memory(scale_add_gpu, cases=MEMORY_CASES["scale_add"]):
-    return _memory("scale_add", scale_add_gpu, cases)
-
-
-@gpu.gpu_check("lesson06.scale_add_bounds", points=1, timeout_s=120,
-               title="GPU: scale_add не выходит за границы массивов (compute-sanitizer memcheck)")
-def scale_add_bounds(scale_add_gpu, cases=SANITIZER_CASES["scale_add"]):
-    return _sanitizer("scale_add", scale_add_gpu, cases, races=False)
-
-
-@check("lesson06.row_sums_compiles", points=1, title="Ядро row_sums компилируется (NVRTC, sm_75/80/90, без GPU)",
-       memory_limit_gib=None)
-def row_sums_compiles(source):
-    return nvrtc.compile_check(source, ("row_sums",), what="ROW_SUMS_SRC")
-
-
-@gpu.gpu_check("lesson06.row_sums", points=2, title="GPU: row_sums совпадает с эталоном (D меньше и больше блока)")
-def row_sums(row_sums_gpu, cases=VISIBLE["row_sums"]):
-    return _equivalence("row_sums", row_sums_gpu, cases)
-
-
-@gpu.gpu_check("lesson06.row_sums_memory", points=1, title="GPU: row_sums не меняет вход и выделяет только выход")
-def row_sums_memory(row_sums_gpu, cases=MEMORY_CASES["row_sums"]):
-    return _memory("row_sums", row_sums_gpu, cases)
-
-
-@gpu.gpu_check("lesson06.row_sums_sanitizer", points=1, timeout_s=150,
-               title="GPU: row_sums без выходов за границы и гонок (memcheck, racecheck)")
-def row_sums_sanitizer(row_sums_gpu, cases=SANITIZER_CASES["row_sums"]):
-    return _sanitizer("row_sums", row_sums_gpu, cases, races=True)
-
-
-@check("lesson06.matmul_compiles", points=1, title="Ядро matmul_tiled компилируется (NVRTC, sm_75/80/90, без GPU)",
-       memory_limit_gib=None)
-def matmul_compiles(source):
-    return nvrtc.compile_check(source, ("matmul_tiled",), what="MATMUL_SRC")
-
-
-@gpu.gpu_check("lesson06.matmul", points=2, title="GPU: matmul_tiled совпадает с A @ B (формы не кратны тайлу)")
-def matmul(matmul_tiled_gpu, cases=VISIBLE["matmul"]):
-    return _equivalence("matmul", matmul_tiled_gpu, cases)
-
-
-@gpu.gpu_check("lesson06.matmul_memory", points=1, title="GPU: matmul_tiled не меняет входы и выделяет только выход")
-def matmul_memory(matmul_tiled_gpu, cases=MEMORY_CASES["matmul"]):
-    return _memory("matmul", matmul_tiled_gpu, cases)
-
-
-@gpu.gpu_check("lesson06.matmul_sanitizer", points=1, timeout_s=150,
-               title="GPU: matmul_tiled без выходов за границы и гонок (memcheck, racecheck)")
-def matmul_sanitizer(matmul_tiled_gpu, cases=SANITIZER_CASES["matmul"]):
-    return _sanitizer("matmul", matmul_tiled_gpu, cases, races=True)
+for _kernel, _spec in KERNELS.items():
+    _register(_kernel, _spec)

@@ -95,16 +95,8 @@ extern "C" __global__ void strided_copy(const float* x, float* y, long long n, i
 
 
 def _events_ms(run, repeat: int) -> float:
-    cp = gpu._cp
-    run()
-    cp.cuda.Device().synchronize()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(repeat):
-        run()
-    end.record()
-    end.synchronize()
-    return cp.cuda.get_elapsed_time(start, end) / repeat
+    """Milliseconds per call: one warm-up, then one round of ``repeat`` calls between CUDA events."""
+    return gpu.time_ms(run, repeat=repeat, rounds=1, warmup=1)
 
 
 def launch_latency(repeat: int = 2000, n: int = 4096) -> dict:

@@ -12,7 +12,7 @@ import numpy as np
 from ...gpu import runtime as gpu, nvrtc
 from ...checks import reference
 from ...checks.core import CheckFailed, check, describe_case
-from ...gpu.sanitizer import sanitizer_check
+from ...gpu.sanitizer import sanitizer_verdict
 from ...checks.inputs import normal
 from ...checks.mistakes import compare_or_name
 
@@ -72,15 +72,23 @@ def tails(fused_rms_norm_gpu, cases=TAILS):
     return "хвосты обработаны: " + "; ".join(f"T={c['T']}, D={c['D']}" for c in cases)
 
 
+def _device_case(c: dict):
+    """A case's host inputs (x, w), their device copies and the case as messages name it."""
+    x, w = _inputs(c["T"], c["D"], c["seed"])
+    return x, w, gpu.device(x), gpu.device(w), describe_case(**c)
+
+
+def _require_right(got, x, w, case: str, rows=slice(None)) -> None:
+    """The output (its ``rows``) matches the oracle with eps = 1e-6, or names the known mistake."""
+    compare_or_name(gpu.to_host(got, shape=x.shape, case=case)[rows], reference.rms_norm(x[rows], w, 1e-6),
+                    inputs=(x[rows], w, 1e-6), variants=reference.RMS_NORM_MISTAKES, case=case)
+
+
 @gpu.gpu_check("lesson07.not_mutated", points=1, title="GPU: входы x и w не изменяются")
 def not_mutated(fused_rms_norm_gpu, cases=({"T": 64, "D": 2048, "seed": 6},)):
     for c in cases:
-        x, w = _inputs(c["T"], c["D"], c["seed"])
-        x_dev, w_dev = gpu.device(x), gpu.device(w)
-        case = describe_case(**c)
-        got = gpu.run_student(fused_rms_norm_gpu, x_dev, w_dev, 1e-6, case=case, what=WHAT)
-        compare_or_name(gpu.to_host(got, shape=x.shape, case=case), reference.rms_norm(x, w, 1e-6),
-                        inputs=(x, w, 1e-6), variants=reference.RMS_NORM_MISTAKES, case=case)
+        x, w, x_dev, w_dev, case = _device_case(c)
+        _require_right(gpu.run_student(fused_rms_norm_gpu, x_dev, w_dev, 1e-6, case=case, what=WHAT), x, w, case)
         for name, before, after in (("x", x, x_dev), ("w", w, w_dev)):
             after = after.get()
             if not np.array_equal(before, after):
@@ -96,15 +104,11 @@ def allowed_extra_bytes(T: int) -> int:
 @gpu.gpu_check("lesson07.memory", points=1, title="GPU: на устройстве выделяется только выход")
 def memory(fused_rms_norm_gpu, cases=({"T": 4096, "D": 1024, "seed": 7},)):
     for c in cases:
-        T, D = c["T"], c["D"]
-        x, w = _inputs(T, D, c["seed"])
-        x_dev, w_dev = gpu.device(x), gpu.device(w)
-        case = describe_case(**c)
+        x, w, x_dev, w_dev, case = _device_case(c)
         with gpu.DeviceAllocations() as seen:
             got = gpu.run_student(fused_rms_norm_gpu, x_dev, w_dev, 1e-6, case=case, what=WHAT)
-        compare_or_name(gpu.to_host(got, shape=x.shape, case=case), reference.rms_norm(x, w, 1e-6),
-                        inputs=(x, w, 1e-6), variants=reference.RMS_NORM_MISTAKES, case=case)
-        output = T * D * 4
+        _require_right(got, x, w, case)
+        T, output = c["T"], x.nbytes  # y is float32, as large as x
         extra = seen.total - output
         if extra > allowed_extra_bytes(T):
             raise CheckFailed(
@@ -121,12 +125,8 @@ def memory(fused_rms_norm_gpu, cases=({"T": 4096, "D": 1024, "seed": 7},)):
 @gpu.gpu_check("lesson07.sanitizer", points=1, timeout_s=150,
                title="GPU: нет выходов за границы и гонок (compute-sanitizer memcheck, racecheck)")
 def sanitizer(fused_rms_norm_gpu, cases=({"T": 3, "D": 1000, "seed": 8},)):
-    done = []
-    for c in cases:
-        _run_case(fused_rms_norm_gpu, c)
-        done += sanitizer_check(fused_rms_norm_gpu, f"{__name__}:sanitizer_inputs", c, describe_case(**c),
-                                    races=True)
-    return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
+    return sanitizer_verdict(fused_rms_norm_gpu, f"{__name__}:sanitizer_inputs", cases,
+                             lambda c: _run_case(fused_rms_norm_gpu, c), races=True)
 
 
 def naive_rms_norm(x, w, eps=1e-6):
@@ -138,19 +138,14 @@ def naive_rms_norm(x, w, eps=1e-6):
                title=f"GPU: не меньше чем в {SPEEDUP_REQUIRED:g} раза быстрее наивной версии на CuPy")
 def speed(fused_rms_norm_gpu, cases=({"T": 8192, "D": 4096, "seed": 9},)):
     for c in cases:
-        T, D = c["T"], c["D"]
-        x, w = _inputs(T, D, c["seed"])
-        x_dev, w_dev = gpu.device(x), gpu.device(w)
-        case = describe_case(**c)
+        x, w, x_dev, w_dev, case = _device_case(c)
         got = gpu.run_student(fused_rms_norm_gpu, x_dev, w_dev, 1e-6, case=case, what=WHAT)
-        rows = slice(0, T, 16)  # the oracle on every 16th row: the gate stays fast
-        compare_or_name(gpu.to_host(got, shape=x.shape, case=case)[rows], reference.rms_norm(x[rows], w, 1e-6),
-                        inputs=(x[rows], w, 1e-6), variants=reference.RMS_NORM_MISTAKES, case=case)
+        _require_right(got, x, w, case, rows=slice(0, c["T"], 16))  # every 16th row: the gate stays fast
         del got
         mine = gpu.time_student(fused_rms_norm_gpu, x_dev, w_dev, 1e-6, case=case, what=WHAT)
         naive = gpu.time_ms(naive_rms_norm, x_dev, w_dev, 1e-6)
-        copy = gpu.copy_bandwidth(T * D * 4)
-        moved = 2 * T * D * 4  # read x, write y
+        copy = gpu.copy_bandwidth(x.nbytes)
+        moved = 2 * x.nbytes  # read x, write y
         achieved = moved / (mine * 1e-3)
         report = (f"ваше ядро {mine:.3f} мс: {achieved / 1e9:.0f} ГБ/с, {100 * achieved / copy:.0f} % от "
                   f"копирования память→память ({copy / 1e9:.0f} ГБ/с на этом GPU); наивная CuPy "

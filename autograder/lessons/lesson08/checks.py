@@ -12,21 +12,22 @@ from __future__ import annotations
 import numpy as np
 
 from ...gpu import runtime as gpu, nvrtc
+from .. import gpu_attention as attention
+from ..gpu_attention import CAUSAL, TAILS, VISIBLE  # noqa: F401  (the lesson's cases, tests read them here)
 from ...checks import reference
-from ...checks.core import CheckFailed, check, describe_case
-from ...gpu.sanitizer import sanitizer_check
+from ...checks.core import check, describe_case
 from ...checks.inputs import normal
 from ...checks.mistakes import compare_or_name
 
 WHAT = "flash_attention_gpu"
-MiB = 2**20
 
-#: Sequence lengths in equivalence / causal cases are multiples of 128, so any tile size up to
-#: 128 divides them; the tails check breaks that on purpose.
-VISIBLE = [{"H": 2, "n": 256, "d": 64, "seed": 0}, {"H": 1, "n": 128, "d": 128, "seed": 1}]
-TAILS = [{"H": 2, "n": 100, "d": 64, "seed": 2}, {"H": 1, "n": 1, "d": 64, "seed": 3},
-         {"H": 1, "n": 77, "d": 128, "seed": 4, "causal": True}]
-CAUSAL = [{"H": 2, "n": 256, "d": 64, "seed": 5}, {"H": 1, "n": 384, "d": 128, "seed": 6}]
+#: The lesson's part of the checks of values (autograder.lessons.gpu_attention.register_checks).
+HINTS = {"equivalence": "проверьте перемасштабирование O и l множителем exp(m_old − m_new) при росте "
+                        "максимума и деление на l один раз в конце",
+         "causal": "ключ j виден запросу i при j ≤ i (позиции в последовательности, а не в тайле)"}
+VERDICTS = {"equivalence": lambda error: f"макс. ошибка {error:.2e} (допуск 1e-5 + 1e-5·|O|)",
+            "causal": lambda error: f"макс. ошибка {error:.2e}"}
+
 LARGE = [{"H": 2, "n": 256, "d": 64, "seed": 7, "q_scale": 100.0},
          {"H": 1, "n": 256, "d": 128, "seed": 8, "q_scale": 100.0, "causal": True}]
 LARGE_TOLERANCE = 2e-3  # float32 logits of size ~100 carry absolute errors ~1e-5 (see the lesson)
@@ -71,11 +72,8 @@ MISTAKES = {
 
 
 def _run(fn, c: dict, *, causal: bool, counter=None):
-    q, k, v = _inputs(c["H"], c["n"], c["d"], c["seed"], c.get("q_scale", 1.0))
-    case = describe_case(**{**c, "causal": causal})
-    kwargs = {"causal": causal} if counter is None else {"causal": causal, "tile_counter": counter}
-    got = gpu.run_student(fn, gpu.device(q), gpu.device(k), gpu.device(v), case=case, what=WHAT, **kwargs)
-    return (q, k, v), gpu.to_host(got, shape=q.shape, case=case), case
+    host = _inputs(c["H"], c["n"], c["d"], c["seed"], c.get("q_scale", 1.0))
+    return attention.run_attention(fn, host, c, causal=causal, counter=counter, what=WHAT)
 
 
 def _check_case(fn, c: dict, *, causal: bool, counter=None, hint: str = "", **tolerance) -> float:
@@ -91,31 +89,6 @@ def compiles(source):
     return nvrtc.compile_check(source, ("flash_attention_d64", "flash_attention_d128"), what="FLASH_SRC")
 
 
-@gpu.gpu_check("lesson08.equivalence", points=3, title="GPU: совпадение с эталоном float64 (без маски)")
-def equivalence(flash_attention_gpu, cases=VISIBLE):
-    errors = [_check_case(flash_attention_gpu, c, causal=False,
-                          hint="проверьте перемасштабирование O и l множителем exp(m_old − m_new) при росте "
-                               "максимума и деление на l один раз в конце") for c in cases]
-    return f"макс. ошибка {max(errors):.2e} (допуск 1e-5 + 1e-5·|O|)"
-
-
-@gpu.gpu_check("lesson08.tails", points=2, title="GPU: n не кратно размеру тайла")
-def tails(flash_attention_gpu, cases=TAILS):
-    for c in cases:
-        _check_case(flash_attention_gpu, c, causal=c.get("causal", False),
-                    hint="строки Q и ключи за пределами n: загружайте нули, ключи j ≥ n маскируйте −inf, "
-                         "строки i ≥ n не записывайте")
-    return "хвосты обработаны: " + "; ".join(f"n={c['n']}, d={c['d']}" for c in cases)
-
-
-@gpu.gpu_check("lesson08.causal", points=2, title="GPU: causal-маска совпадает с эталоном")
-def causal(flash_attention_gpu, cases=CAUSAL):
-    errors = [_check_case(flash_attention_gpu, c, causal=True,
-                          hint="ключ j виден запросу i при j ≤ i (позиции в последовательности, а не в тайле)")
-              for c in cases]
-    return f"макс. ошибка {max(errors):.2e}"
-
-
 @gpu.gpu_check("lesson08.large_logits", points=1, title="GPU: Q *= 100 — конечный результат, совпадает")
 def large_logits(flash_attention_gpu, cases=LARGE):
     errors = [_check_case(flash_attention_gpu, c, causal=c.get("causal", False),
@@ -125,33 +98,14 @@ def large_logits(flash_attention_gpu, cases=LARGE):
     return f"макс. ошибка {max(errors):.2e} (допуск {LARGE_TOLERANCE:g}: ошибка float32 растёт с логитами)"
 
 
-def allowed_extra_bytes(H: int, n: int) -> int:
-    """Device memory beyond the output: per-row statistics (m, l), a counter and 1 MiB."""
-    return MiB + 16 * H * n
+def _compare(got, host, case: str) -> None:
+    compare_or_name(gpu.to_host(got, shape=host[0].shape, case=case), oracle(*host), inputs=(*host, False),
+                    variants=MISTAKES, case=case)
 
 
-@gpu.gpu_check("lesson08.memory", points=1, title="GPU: нет выделений размера (n, n)")
-def memory(flash_attention_gpu, cases=({"H": 2, "n": 2048, "d": 64, "seed": 9},)):
-    for c in cases:
-        H, n, d = c["H"], c["n"], c["d"]
-        q, k, v = (gpu.device(a) for a in _inputs(H, n, d, c["seed"]))
-        case = describe_case(**c)
-        with gpu.DeviceAllocations() as seen:
-            got = gpu.run_student(flash_attention_gpu, q, k, v, case=case, what=WHAT, causal=False)
-        host = [a.get() for a in (q, k, v)]
-        compare_or_name(gpu.to_host(got, shape=q.shape, case=case), oracle(*host), inputs=(*host, False),
-                        variants=MISTAKES, case=case)
-        output = H * n * d * 4
-        extra = seen.total - output
-        if extra > allowed_extra_bytes(H, n):
-            raise CheckFailed(
-                f"на устройстве выделено {seen.total / MiB:.1f} МиБ за вызов ({len(seen.sizes)} выделений, самое "
-                f"большое {seen.largest / MiB:.1f} МиБ), а выход O занимает {output / MiB:.1f} МиБ; сверх "
-                f"выхода допустимо {allowed_extra_bytes(H, n) / MiB:.2f} МиБ ({case}).\n"
-                f"Матрица S одной головы — это n·n·4 = {n * n * 4 / MiB:.0f} МиБ: FlashAttention не хранит "
-                "её в глобальной памяти — тайл S живёт в регистрах и разделяемой памяти.")
-        return (f"выделено {seen.total / MiB:.2f} МиБ при выходе {output / MiB:.2f} МиБ "
-                f"(матрица S заняла бы {H * n * n * 4 / MiB:.0f} МиБ)")
+def _memory(fn, cases) -> str:
+    return attention.memory_verdict(fn, cases, inputs=_inputs, compare=_compare, what=WHAT, itemsize=4,
+                                    where_s="тайл S живёт в регистрах и разделяемой памяти")
 
 
 def naive_attention(q, k, v, causal=False):
@@ -167,46 +121,19 @@ def naive_attention(q, k, v, causal=False):
 
 def performance_report(fn, H: int = 16, n: int = 4096, d: int = 64) -> str:
     """Feedback, not graded: causal vs non-causal time, TFLOP/s next to naive CuPy and SDPA."""
-    q, k, v = (gpu.device(a) for a in _inputs(H, n, d, 11))
-    case = describe_case(H=H, n=n, d=d)
-    lines, times = [], {}
-    for causal in (False, True):
-        ms = gpu.time_student(fn, q, k, v, causal, case=case, what=WHAT, repeat=3, rounds=3)
-        naive = gpu.time_ms(naive_attention, q, k, v, causal, repeat=3, rounds=3)
-        sdpa = gpu.sdpa_ms(q, k, v, causal)
-        times[causal] = ms
-        flops = gpu.attention_flops(H, n, d, causal)
-        line = (f"{'causal' if causal else 'без маски'}: ваше ядро {ms:.2f} мс = {flops / ms / 1e9:.1f} TFLOP/s; "
-                f"наивная CuPy {flops / naive / 1e9:.1f}")
-        if sdpa:
-            line += f"; PyTorch SDPA fp32 {flops / sdpa / 1e9:.1f}"
-        lines.append(line + " TFLOP/s")
-    ratio = times[True] / times[False]
-    lines.append(f"время causal / без маски = {ratio:.2f} (у быстрого ядра с пропуском тайлов около 0.5–0.7; если "
-                 "все блоки помещаются на GPU за один раз или ядро медленное, время упирается в самый длинный блок "
-                 "и пропуска не показывает — поэтому оценивается счётчик тайлов)")
-    return f"Производительность ({case}, не оценивается):\n" + "\n".join(lines)
+    def others(q, k, v, causal):
+        yield "наивная CuPy", gpu.time_ms(naive_attention, q, k, v, causal, repeat=3, rounds=3)
+        yield "PyTorch SDPA fp32", gpu.sdpa_ms(q, k, v, causal)
+
+    return attention.performance_report(
+        fn, _inputs, H, n, d, what=WHAT, others=others,
+        note="у быстрого ядра с пропуском тайлов около 0.5–0.7; если все блоки помещаются на GPU за один раз или "
+             "ядро медленное, время упирается в самый длинный блок и пропуска не показывает — поэтому "
+             "оценивается счётчик тайлов")
 
 
-@gpu.gpu_check("lesson08.causal_skip", points=2, title="GPU: causal пропускает тайлы над диагональю (счётчик)",
-               timeout_s=120)
-def causal_skip(flash_attention_gpu, cases=({"H": 2, "n": 1024, "d": 64, "seed": 10},)):
-    def run_case(c, is_causal, counter):
-        _check_case(flash_attention_gpu, c, causal=is_causal, counter=counter)
-
-    detail = gpu.causal_tile_counts(run_case, cases, rows="Br")
-    return detail + "\n" + performance_report(flash_attention_gpu)
-
-
-@gpu.gpu_check("lesson08.sanitizer", points=1, timeout_s=150,
-               title="GPU: нет выходов за границы и гонок (compute-sanitizer memcheck, racecheck)")
-def sanitizer(flash_attention_gpu, cases=({"H": 1, "n": 100, "d": 64, "seed": 12},)):
-    done = []
-    for c in cases:
-        _check_case(flash_attention_gpu, c, causal=False)
-        done += sanitizer_check(flash_attention_gpu, f"{__name__}:sanitizer_inputs", c, describe_case(**c),
-                                    races=True)
-    return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
+attention.register_checks("lesson08", _check_case, _memory, performance_report,
+                          hints=HINTS, verdicts=VERDICTS, rows="Br", inputs=f"{__name__}:sanitizer_inputs")
 
 
 def step2_feedback(fast, step1, H: int = 16, n: int = 4096, d: int = 64) -> str:

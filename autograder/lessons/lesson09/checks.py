@@ -19,24 +19,29 @@ from __future__ import annotations
 import numpy as np
 
 from ...gpu import runtime as gpu, nvrtc
+from .. import gpu_attention as attention
+from ..gpu_attention import CAUSAL, TAILS, VISIBLE  # noqa: F401  (the lesson's cases, tests read them here)
 from ...checks import reference
-from ...checks.core import CheckFailed, check, describe_case
+from ...checks.core import CheckFailed, check, describe_case, first_wrong, nonfinite_failure
 from ...checks.inputs import normal
 from ...checks.mistakes import failure, identify
-from ...gpu.sanitizer import sanitizer_check
 
 WHAT_MMA = "mma_matmul_gpu"
 WHAT = "flash_attention_tc_gpu"
-MiB = 2**20
 U16 = 2.0**-11   # float16 unit roundoff (10 stored mantissa bits)
 U32 = 2.0**-24   # float32 unit roundoff
 
 MMA_VISIBLE = [{"M": 64, "N": 64, "K": 64, "seed": 0}, {"M": 100, "N": 37, "K": 77, "seed": 1},
                {"M": 1, "N": 5, "K": 3, "seed": 2}]
-VISIBLE = [{"H": 2, "n": 256, "d": 64, "seed": 0}, {"H": 1, "n": 128, "d": 128, "seed": 1}]
-TAILS = [{"H": 2, "n": 100, "d": 64, "seed": 2}, {"H": 1, "n": 1, "d": 64, "seed": 3},
-         {"H": 1, "n": 77, "d": 128, "seed": 4, "causal": True}]
-CAUSAL = [{"H": 2, "n": 256, "d": 64, "seed": 5}, {"H": 1, "n": 384, "d": 128, "seed": 6}]
+
+#: The lesson's part of the checks of values (autograder.lessons.gpu_attention.register_checks).
+HINTS = {"equivalence": "проверьте оба MMA (фрагменты K без .trans, V — с .trans), перемасштабирование "
+                        "O и l множителем 2^(m_old − m_new) и сборку фрагментов P из s[2kk] и s[2kk + 1]",
+         "causal": "ключ j виден запросу i при j ≤ i: у элемента e фрагмента s[nn] ключ "
+                   "k0 + 8·nn + 2t + (e & 1), строка r0 (e < 2) или r0 + 8"}
+VERDICTS = {"equivalence": lambda worst: f"худшая ошибка — {worst:.2f} от допуска 2·2⁻¹¹·(P·|V| + |O|)",
+            "causal": lambda worst: f"худшая ошибка — {worst:.2f} от допуска"}
+
 CAUSAL_TILE_RATIO = gpu.CAUSAL_TILE_RATIO
 
 
@@ -59,18 +64,23 @@ def f16_accumulation_bound(a, b) -> np.ndarray:
     return 2 * steps * U16 * (a @ b) + 1e-3
 
 
+def mma_product(a, b) -> tuple[np.ndarray, np.ndarray]:
+    """A B in float64 and its tolerance :func:`mma_bound`: a reference as the comparison takes it."""
+    return a.astype(np.float64) @ b.astype(np.float64), mma_bound(a, b)
+
+
 def _k_rounded_down(a, b):
     k = a.shape[1] // 8 * 8
-    return a[:, :k].astype(np.float64) @ b[:k].astype(np.float64)
+    return mma_product(a[:, :k], b[:k])
 
 
 def _rows_g_and_g8_swapped(a, b):
-    c = a.astype(np.float64) @ b.astype(np.float64)
+    c, tol = mma_product(a, b)
     rows = np.arange(c.shape[0]) ^ 8            # row g <-> g + 8 inside each 16-row tile
-    out = np.zeros_like(c)
     ok = rows < c.shape[0]
-    out[ok] = c[rows[ok]]
-    return out
+    out, out_tol = np.zeros_like(c), np.full_like(tol, 1e-6)  # a row with no partner stays 0
+    out[ok], out_tol[ok] = c[rows[ok]], tol[rows[ok]]
+    return out, out_tol
 
 
 def _b_fragment_transposed(a, b):
@@ -83,15 +93,19 @@ def _b_fragment_transposed(a, b):
     for k0 in range(0, bt.shape[0], 8):
         for n0 in range(0, bt.shape[1], 8):
             bt[k0:k0 + 8, n0:n0 + 8] = bp[k0:k0 + 8, n0:n0 + 8].T
-    return a.astype(np.float64) @ bt[:k, :n]
+    return mma_product(a, bt[:k, :n])
 
 
+#: Known mistakes of the matmul: description -> (A B as the mistaken kernel computes it, its tolerance).
 MMA_MISTAKES = {
     "последний неполный шаг по K (K mod 8 столбцов) потерян": _k_rounded_down,
     "строки g и g + 8 фрагмента A (или C) перепутаны": _rows_g_and_g8_swapped,
     "фрагмент B загружен по строкам B, а не по столбцам (B[g][2t] вместо B[2t][g])": _b_fragment_transposed,
 }
-F16_ACCUMULATION = "накопление C в float16 (mma …f16.f16.f16.f16) вместо float32"
+#: Not a named mistake: an error within what a float16 accumulator costs is not a value the grader can
+#: compute (the tensor cores' rounding inside a step is their own), so it is said as a hint.
+F16_ACCUMULATION_HINT = ("Ошибка не больше той, что даёт накопление C во float16 (mma …f16.f16.f16.f16): "
+                         "проверьте, что C накапливается во float32 (…f32.f16.f16.f32).")
 
 
 def compare_bound(got, expected, tol, *, case: str, hint: str = "", name: str = "результат") -> float:
@@ -100,29 +114,35 @@ def compare_bound(got, expected, tol, *, case: str, hint: str = "", name: str = 
         got64 = got.astype(np.float64)
         bad_values = ~np.isfinite(got64)
         if bad_values.any():
-            index = tuple(int(i) for i in np.argwhere(bad_values)[0])
-            raise CheckFailed(f"{name} содержит {int(bad_values.sum())} значений NaN/inf (случай: {case}); первое в "
-                              f"позиции {index}: {got[index]!r}, ожидалось {expected[index]:.6g}."
-                              + (f"\nПодсказка: {hint}" if hint else ""))
+            raise nonfinite_failure(got, expected, bad_values, case=case, hint=hint, name=name)
         error = np.abs(got64 - expected)
         bad = error > tol
     if bad.any():
-        index = tuple(int(i) for i in np.argwhere(bad)[0])
         worst = tuple(int(i) for i in np.unravel_index(np.argmax(error / tol), error.shape))
         raise CheckFailed(
             f"{name} не совпадает с эталоном float64 (случай: {case}).\n"
             f"Макс. ошибка {float(error.max()):.3g}; в худшем элементе {worst} ошибка {float(error[worst]):.3g} "
             f"при допуске {float(tol[worst]):.3g} (допуск из округления до 16 бит, см. урок); неверных элементов "
-            f"{int(bad.sum())} из {bad.size}.\n"
-            f"Первый неверный индекс {index}: получено {float(got64[index]):.6g}, ожидалось {float(expected[index]):.6g}."
-            + (f"\nПодсказка: {hint}" if hint else ""))
+            f"{int(bad.sum())} из {bad.size}.\n" + first_wrong(got64, expected, bad, hint))
     return float(error.max()) if error.size else 0.0
 
 
-def _named(got, variants, inputs, tol):
-    def match(g, wrong):
-        return bool(np.all(np.abs(g.astype(np.float64) - wrong) <= 2 * tol + 1e-3))
-    return identify(got, variants, inputs, match=match)
+def _within(value, reference) -> bool:
+    """:func:`compare_bound`'s test as the matcher's ``close``: ``reference`` is a pair (float64 value, its
+    tolerance), ``value`` a plain ndarray (or such a pair: its value), finite and within the tolerance."""
+    value = value[0] if isinstance(value, tuple) else value
+    expected, tol = reference
+    if type(value) is not np.ndarray or value.shape != expected.shape:
+        return False
+    with np.errstate(all="ignore"):
+        value = value.astype(np.float64)
+        return bool(np.all(np.isfinite(value)) and np.all(np.abs(value - expected) <= tol))
+
+
+def _named(got, expected, variants, inputs):
+    """The known mistake ``got`` shows: ``expected`` and every variant's output are (value, tolerance)
+    pairs, so a variant is matched by the tolerance the comparison would give it."""
+    return identify(got, expected, variants, inputs, close=_within)
 
 
 @check("lesson09.mma_compiles", points=1, title="Ядро mma_matmul компилируется (NVRTC, sm_75/80/90, без GPU)",
@@ -139,20 +159,18 @@ def mma_matmul(mma_matmul_gpu, cases=MMA_VISIBLE):
         case = describe_case(**c)
         got = gpu.run_student(mma_matmul_gpu, gpu.device(a), gpu.device(b), case=case, what=WHAT_MMA)
         got = gpu.to_host(got, shape=(c["M"], c["N"]), case=case)
-        expected = a.astype(np.float64) @ b.astype(np.float64)
-        tol = mma_bound(a, b)
+        expected, tol = mma_product(a, b)
         try:
             compare_bound(got, expected, tol, case=case,
                           hint="проверьте раскладку фрагментов (a0: строка g, столбцы 2t и 2t+1; a1: строка g + 8; "
                                "b0: строки 2t и 2t+1 столбца g) и нули за краями матриц")
         except CheckFailed as mismatch:
             error = np.abs(got.astype(np.float64) - expected)
-            mistake = _named(got, MMA_MISTAKES, (a, b), tol)
-            if mistake is None and np.all(np.isfinite(error)) and np.all(error <= f16_accumulation_bound(a, b)):
-                mistake = F16_ACCUMULATION
-            if mistake is None:
+            mistake = _named(got, (expected, tol), MMA_MISTAKES, (a, b))
+            f16 = np.all(np.isfinite(error)) and np.all(error <= f16_accumulation_bound(a, b))
+            if mistake is None and not f16:
                 raise
-            raise failure(str(mismatch), mistake) from None
+            raise failure(str(mismatch), mistake, otherwise=F16_ACCUMULATION_HINT) from None
         worst = max(worst, float(np.max(np.abs(got - expected) / tol)) if got.size else 0.0)
     return f"совпадает на {len(cases)} случаях; худшая ошибка — {worst:.2f} от допуска 2·K·2⁻²⁴·(|A|·|B|)"
 
@@ -180,28 +198,34 @@ def oracle(q, k, v, causal: bool = False) -> np.ndarray:
     return _probabilities(q, k, causal) @ v.astype(np.float64)
 
 
-def oracle_and_bound(q, k, v, causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """The float64 result and the per-element tolerance 2 u16 (P |V|) + 2 u16 |O| (see the module)."""
-    p = _probabilities(q, k, causal)
+def _attention(p, v) -> tuple[np.ndarray, np.ndarray]:
+    """P V in float64 and its tolerance 2 u16 (P |V|) + 2 u16 |O| (see the module)."""
     v64 = v.astype(np.float64)
     out = p @ v64
     return out, 2 * U16 * (p @ np.abs(v64)) + 2 * U16 * np.abs(out) + 1e-6
 
 
+def oracle_and_bound(q, k, v, causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 result and the per-element tolerance 2 u16 (P |V|) + 2 u16 |O| (see the module)."""
+    return _attention(_probabilities(q, k, causal), v)
+
+
+# Known mistakes of the attention kernel: each gives (output, tolerance) of the attention it computes.
+
 def _no_scale(q, k, v, causal=False):
-    return oracle((q.astype(np.float64) * np.sqrt(q.shape[-1])), k, v, causal)
+    return oracle_and_bound(q.astype(np.float64) * np.sqrt(q.shape[-1]), k, v, causal)
 
 
 def _causal_ignored(q, k, v, causal=False):
-    return oracle(q, k, v, False)
+    return oracle_and_bound(q, k, v, False)
 
 
 def _diagonal_masked(q, k, v, causal=False):
-    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    q, k = q.astype(np.float64), k.astype(np.float64)
     s = q @ np.swapaxes(k, 1, 2) / np.sqrt(q.shape[-1])
     n = s.shape[-1]
     s = np.where(np.arange(n)[None, :] < np.arange(n)[:, None], s, -np.inf)  # j < i: the diagonal lost
-    return reference.softmax(s) @ v
+    return _attention(reference.softmax(s), v)
 
 
 def _v_not_transposed(q, k, v, causal=False):
@@ -211,7 +235,7 @@ def _v_not_transposed(q, k, v, causal=False):
     for r0 in range(0, n - n % 8, 8):
         for c0 in range(0, d, 8):
             vt[:, r0:r0 + 8, c0:c0 + 8] = np.swapaxes(vt[:, r0:r0 + 8, c0:c0 + 8], 1, 2)
-    return oracle(q, k, vt, causal)
+    return oracle_and_bound(q, k, vt, causal)
 
 
 MISTAKES = {
@@ -223,11 +247,8 @@ MISTAKES = {
 
 
 def _run(fn, c: dict, *, causal: bool, counter=None):
-    q, k, v = _inputs(c["H"], c["n"], c["d"], c["seed"])
-    case = describe_case(**{**c, "causal": causal})
-    kwargs = {"causal": causal} if counter is None else {"causal": causal, "tile_counter": counter}
-    got = gpu.run_student(fn, gpu.device(q), gpu.device(k), gpu.device(v), case=case, what=WHAT, **kwargs)
-    return (q, k, v), gpu.to_host(got, shape=q.shape, case=case, dtype=np.float16), case
+    return attention.run_attention(fn, _inputs(c["H"], c["n"], c["d"], c["seed"]), c, causal=causal,
+                                   counter=counter, what=WHAT, dtype=np.float16)
 
 
 def _check_case(fn, c: dict, *, causal: bool, counter=None, hint: str = "") -> float:
@@ -241,7 +262,7 @@ def _compare(got, inputs, causal: bool, *, case: str, hint: str = "") -> float:
         compare_bound(got, expected, tol, case=case, hint=hint)
     except CheckFailed as mismatch:
         variants = {k: v for k, v in MISTAKES.items() if causal or "causal" not in k}
-        mistake = _named(got, variants, (*inputs, causal), tol)
+        mistake = _named(got, (expected, tol), variants, (*inputs, causal))
         if mistake is None:
             raise
         raise failure(str(mismatch), mistake) from None
@@ -254,97 +275,24 @@ def flash_compiles(source):
     return nvrtc.compile_check(source, ("flash_attention_tc_d64", "flash_attention_tc_d128"), what="FLASH_TC_SRC")
 
 
-@gpu.gpu_check("lesson09.equivalence", points=3, title="GPU: совпадение с эталоном float64 (без маски)")
-def equivalence(flash_attention_tc_gpu, cases=VISIBLE):
-    worst = max(_check_case(flash_attention_tc_gpu, c, causal=False,
-                            hint="проверьте оба MMA (фрагменты K без .trans, V — с .trans), перемасштабирование "
-                                 "O и l множителем 2^(m_old − m_new) и сборку фрагментов P из s[2kk] и s[2kk + 1]")
-                for c in cases)
-    return f"худшая ошибка — {worst:.2f} от допуска 2·2⁻¹¹·(P·|V| + |O|)"
+def _memory(fn, cases) -> str:
+    def compare(got, host, case):
+        _compare(gpu.to_host(got, shape=host[0].shape, case=case, dtype=np.float16), host, False, case=case)
 
-
-@gpu.gpu_check("lesson09.tails", points=2, title="GPU: n не кратно размеру тайла")
-def tails(flash_attention_tc_gpu, cases=TAILS):
-    for c in cases:
-        _check_case(flash_attention_tc_gpu, c, causal=c.get("causal", False),
-                    hint="строки Q и ключи за пределами n: загружайте нули, ключи j ≥ n маскируйте −inf, "
-                         "строки i ≥ n не записывайте")
-    return "хвосты обработаны: " + "; ".join(f"n={c['n']}, d={c['d']}" for c in cases)
-
-
-@gpu.gpu_check("lesson09.causal", points=2, title="GPU: causal-маска совпадает с эталоном")
-def causal(flash_attention_tc_gpu, cases=CAUSAL):
-    worst = max(_check_case(flash_attention_tc_gpu, c, causal=True,
-                            hint="ключ j виден запросу i при j ≤ i: у элемента e фрагмента s[nn] ключ "
-                                 "k0 + 8·nn + 2t + (e & 1), строка r0 (e < 2) или r0 + 8")
-                for c in cases)
-    return f"худшая ошибка — {worst:.2f} от допуска"
-
-
-def allowed_extra_bytes(H: int, n: int) -> int:
-    """Device memory beyond the output: per-row statistics (m, l), a counter and 1 MiB."""
-    return MiB + 16 * H * n
-
-
-@gpu.gpu_check("lesson09.memory", points=1, title="GPU: нет выделений размера (n, n)")
-def memory(flash_attention_tc_gpu, cases=({"H": 2, "n": 2048, "d": 64, "seed": 9},)):
-    for c in cases:
-        H, n, d = c["H"], c["n"], c["d"]
-        host = _inputs(H, n, d, c["seed"])
-        q, k, v = (gpu.device(a) for a in host)
-        case = describe_case(**c)
-        with gpu.DeviceAllocations() as seen:
-            got = gpu.run_student(flash_attention_tc_gpu, q, k, v, case=case, what=WHAT, causal=False)
-        _compare(gpu.to_host(got, shape=q.shape, case=case, dtype=np.float16), host, False, case=case)
-        output = H * n * d * 2
-        extra = seen.total - output
-        if extra > allowed_extra_bytes(H, n):
-            raise CheckFailed(
-                f"на устройстве выделено {seen.total / MiB:.1f} МиБ за вызов ({len(seen.sizes)} выделений, самое "
-                f"большое {seen.largest / MiB:.1f} МиБ), а выход O занимает {output / MiB:.1f} МиБ; сверх "
-                f"выхода допустимо {allowed_extra_bytes(H, n) / MiB:.2f} МиБ ({case}).\n"
-                f"Матрица S одной головы — это n·n·4 = {n * n * 4 / MiB:.0f} МиБ: FlashAttention не хранит "
-                "её в глобальной памяти — фрагменты S и P живут в регистрах варпа.")
-        return (f"выделено {seen.total / MiB:.2f} МиБ при выходе {output / MiB:.2f} МиБ "
-                f"(матрица S заняла бы {H * n * n * 4 / MiB:.0f} МиБ)")
+    return attention.memory_verdict(fn, cases, inputs=_inputs, compare=compare, what=WHAT, itemsize=2,
+                                    where_s="фрагменты S и P живут в регистрах варпа")
 
 
 def performance_report(fn, H: int = 16, n: int = 4096, d: int = 64) -> str:
     """Feedback, not graded: TFLOP/s next to SDPA in float16 and in float32 (lesson 08's level)."""
-    q, k, v = (gpu.device(a) for a in _inputs(H, n, d, 11))
-    case = describe_case(H=H, n=n, d=d)
-    lines, times = [], {}
-    for is_causal in (False, True):
-        ms = gpu.time_student(fn, q, k, v, is_causal, case=case, what=WHAT, repeat=3, rounds=3)
-        times[is_causal] = ms
-        flops = gpu.attention_flops(H, n, d, is_causal)
-        line = f"{'causal' if is_causal else 'без маски'}: ваше ядро {ms:.2f} мс = {flops / ms / 1e9:.1f} TFLOP/s"
+    def others(q, k, v, causal):
         for dtype, label in (("float16", "SDPA f16"), ("float32", "SDPA fp32 (уровень ядра урока 08)")):
-            sdpa = gpu.sdpa_ms(q, k, v, is_causal, dtype)
-            if sdpa:
-                line += f"; {label} {flops / sdpa / 1e9:.1f}"
-        lines.append(line + " TFLOP/s")
-    lines.append(f"время causal / без маски = {times[True] / times[False]:.2f} (с пропуском тайлов у быстрого ядра "
-                 "около 0.5–0.7; оценивается счётчик тайлов, а не время)")
-    return f"Производительность ({case}, не оценивается):\n" + "\n".join(lines)
+            yield label, gpu.sdpa_ms(q, k, v, causal, dtype)
+
+    return attention.performance_report(fn, _inputs, H, n, d, what=WHAT, others=others,
+                                        note="с пропуском тайлов у быстрого ядра около 0.5–0.7; оценивается "
+                                             "счётчик тайлов, а не время")
 
 
-@gpu.gpu_check("lesson09.causal_skip", points=2, title="GPU: causal пропускает тайлы над диагональю (счётчик)",
-               timeout_s=120)
-def causal_skip(flash_attention_tc_gpu, cases=({"H": 2, "n": 1024, "d": 64, "seed": 10},)):
-    def run_case(c, is_causal, counter):
-        _check_case(flash_attention_tc_gpu, c, causal=is_causal, counter=counter)
-
-    detail = gpu.causal_tile_counts(run_case, cases, rows="BR")
-    return detail + "\n" + performance_report(flash_attention_tc_gpu)
-
-
-@gpu.gpu_check("lesson09.sanitizer", points=1, timeout_s=150,
-               title="GPU: нет выходов за границы и гонок (compute-sanitizer memcheck, racecheck)")
-def sanitizer(flash_attention_tc_gpu, cases=({"H": 1, "n": 100, "d": 64, "seed": 12},)):
-    done = []
-    for c in cases:
-        _check_case(flash_attention_tc_gpu, c, causal=False)
-        done += sanitizer_check(flash_attention_tc_gpu, f"{__name__}:sanitizer_inputs", c, describe_case(**c),
-                                races=True)
-    return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
+attention.register_checks("lesson09", _check_case, _memory, performance_report,
+                          hints=HINTS, verdicts=VERDICTS, rows="BR", inputs=f"{__name__}:sanitizer_inputs")

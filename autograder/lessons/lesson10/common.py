@@ -60,16 +60,17 @@ def _call_text(name: str, **params) -> str:
     return f"{name}({describe_case(**params)})"
 
 
-def _same_value(got: float, wrong) -> bool:
-    return abs(got - float(wrong)) <= 1e-9 * max(1.0, abs(float(wrong)))
+def _same_value(got: float, reference) -> bool:
+    """The test of a number against the simulator's (and, naming a mistake, against a variant's)."""
+    return abs(got - float(reference)) <= 1e-9 * max(1.0, abs(float(reference)))
 
 
 def _expect_value(got, expected: float, *, call: str, variants: dict, args: tuple, hint: str,
                   source: str = "симулятор") -> None:
     value = _number(got, what=call.split("(")[0], case=call)
-    if abs(value - expected) <= 1e-9 * max(1.0, abs(expected)):
+    if _same_value(value, expected):
         return
-    mistake = identify(value, variants, args, match=_same_value)
+    mistake = identify(value, expected, variants, args, close=_same_value)
     raise failure(f"{call} = {value:g}, а {source} даёт {expected:g}.", mistake, then=f"Подсказка: {hint}")
 
 

@@ -5,7 +5,7 @@ import numpy as np
 
 from ...checks.core import CheckFailed, call_student, check, describe_case
 from ...checks.inputs import normal
-from ...checks.mistakes import failure
+from ...checks.mistakes import failure, first_match
 from .common import E4M3, E4M3_MAX
 
 # --- FP8: per-block quantisation --------------------------------------------------------------
@@ -86,20 +86,20 @@ def quantize_per_block(quantize_per_block, cases=(
         if zero.any() and not (np.all(np.isfinite(scales[zero])) and np.all(scales[zero] > 0)):
             raise CheckFailed(f"у блока из одних нулей масштаб {scales[zero][0]!r} ({case}): деление на него даст "
                               "NaN. Для amax = 0 возьмите scale = 1.")
-        bad = ~zero & ~np.isclose(scales, expected, rtol=1e-5, atol=0)
-        if bad.any():
-            b = int(np.argmax(bad))
-            global_scale = np.abs(x).max() / E4M3_MAX
-            if np.allclose(scales[~zero], global_scale, rtol=1e-5):
-                why = "один масштаб на весь тензор (amax всего x / 448), а нужен свой для каждого блока"
-            elif np.allclose(scales[~zero], E4M3_MAX / amax[~zero], rtol=1e-5):
-                why = "масштаб перевёрнут: 448 / amax вместо amax / 448"
-            elif np.allclose(scales[~zero], amax[~zero] / 57344.0, rtol=1e-5):
-                why = "взят максимум e5m2 (57344), а у e4m3fn максимум 448"
-            elif np.allclose(scales[~zero], amax[~zero], rtol=1e-5):
-                why = "масштаб = amax: значения x / scale не используют диапазон e4m3 до 448"
-            else:
-                why = None
+        def same_scales(value, reference) -> bool:  # the blocks that are not all zero, to 1e-5
+            return bool(np.all(np.isclose(value[~zero], reference[~zero], rtol=1e-5, atol=0)))
+
+        if not same_scales(scales, expected):
+            b = int(np.argmax(~zero & ~np.isclose(scales, expected, rtol=1e-5, atol=0)))
+            with np.errstate(all="ignore"):
+                known = {
+                    "один масштаб на весь тензор (amax всего x / 448), а нужен свой для каждого блока":
+                        np.full_like(expected, np.abs(x).max() / E4M3_MAX),
+                    "масштаб перевёрнут: 448 / amax вместо amax / 448": E4M3_MAX / amax,
+                    "взят максимум e5m2 (57344), а у e4m3fn максимум 448": amax / 57344.0,
+                    "масштаб = amax: значения x / scale не используют диапазон e4m3 до 448": amax,
+                }
+            why = first_match(scales, expected, known, close=same_scales)
             raise failure(
                 f"масштаб блока {b} равен {scales[b]:.6g}, ожидалась amax / 448 = {expected[b]:.6g} ({case}).", why,
                 otherwise="Подсказка: блок — это строки [b·block, (b+1)·block); amax — максимум |x| по блоку.")
@@ -210,6 +210,11 @@ def _outlier_qk(c: dict) -> tuple[np.ndarray, np.ndarray]:
     return Q, K
 
 
+def _same_product(value, reference) -> bool:
+    """The test of a product of rotated matrices: within 1e-4 · (1 + max |reference|) everywhere."""
+    return float(np.abs(value - reference).max()) <= 1e-4 * (1 + np.abs(reference).max())
+
+
 @check("lesson10.qk_unchanged", points=2, title="Поворот H не меняет Q Kᵀ и размазывает выбросы")
 def qk_unchanged(incoherent_qk, cases=({"n": 64, "d": 128, "seed": 0},)):
     for c in cases:
@@ -223,18 +228,20 @@ def qk_unchanged(incoherent_qk, cases=({"n": 64, "d": 128, "seed": 0},)):
                 raise CheckFailed(f"{name}: ожидался numpy.ndarray {like.shape} из float, получено "
                                   f"{type(arr).__name__} {getattr(arr, 'shape', '')} ({case}).")
         Qh, Kh = (a.astype(np.float64) for a in got)
-        expected = Q.astype(np.float64) @ K.astype(np.float64).T
+        Q64, K64 = Q.astype(np.float64), K.astype(np.float64)
+        expected = Q64 @ K64.T
         product = Qh @ Kh.T
         tol = 1e-4 * (1 + np.abs(expected).max())
         error = float(np.abs(product - expected).max())
-        if error > tol:
-            if np.allclose(product, c["d"] * expected, rtol=1e-3, atol=tol):
-                why = f"H не нормирована: Q Kᵀ выросло в d = {c['d']} раз"
-            elif np.allclose(Kh, K, atol=1e-6):
+        if not _same_product(product, expected):
+            why = first_match(product, expected, {f"H не нормирована: Q Kᵀ выросло в d = {c['d']} раз": c["d"] * expected},
+                              close=_same_product)
+            if why is None and np.allclose(Kh, K, atol=1e-6):
                 why = "повёрнута только Q, K осталась прежней"
-            elif np.allclose(Qh, Q, atol=1e-6):
+            elif why is None and np.allclose(Qh, Q, atol=1e-6):
                 why = "повёрнута только K, Q осталась прежней"
-            else:
+            elif why is None and _same_product(Qh @ Qh.T, Q64 @ Q64.T) and _same_product(Kh @ Kh.T, K64 @ K64.T):
+                # each is turned by an orthogonal matrix (its Gram matrix kept), but not by the same one
                 why = "Q и K умножены на разные матрицы (нужна одна и та же H, из одного seed)"
             raise failure(f"(Q H)(K H)ᵀ отличается от Q Kᵀ на {error:.3g} при допуске {tol:.2g} ({case}).", why,
                           then="Подсказка: (Q H)(K H)ᵀ = Q H Hᵀ Kᵀ = Q Kᵀ только при H Hᵀ = I.")

@@ -17,25 +17,27 @@ def _tile_list(tiles) -> list[int]:
     return list(range(tiles)) if isinstance(tiles, int) else list(tiles)
 
 
-def _fa3_overlap_program(tiles) -> list[tuple[str, int]]:
-    """FA3's intra-warpgroup pipelining: S_{j} = Q K_j^T and P_{j-1} V_{j-1} issued together,
-    softmax of tile j runs while the tensor cores compute P_{j-1} V_{j-1}."""
+def _pipelined_program(tiles, *, overlap: bool) -> list[tuple[str, int]]:
+    """Tile 0's S = Q K_0^T and softmax, then per tile j: S_j and P_{j-1} V_{j-1}, then the last P V.
+    ``overlap`` (FA3's intra-warpgroup pipelining): P_{j-1} V_{j-1} is issued together with S_j, so the
+    softmax of tile j runs while the tensor cores compute it; else only after that softmax (a valid order)."""
     tiles = _tile_list(tiles)
     program = [("gemm_qk", tiles[0]), ("wait_qk", tiles[0]), ("softmax", tiles[0])]
     for previous, j in zip(tiles, tiles[1:]):
-        program += [("gemm_qk", j), ("gemm_pv", previous), ("wait_qk", j), ("softmax", j),
-                    ("wait_pv", previous)]
+        pv, softmax = [("gemm_pv", previous)], [("wait_qk", j), ("softmax", j)]
+        program += [("gemm_qk", j)] + (pv + softmax if overlap else softmax + pv) + [("wait_pv", previous)]
     return program + [("gemm_pv", tiles[-1]), ("wait_pv", tiles[-1])]
+
+
+def _fa3_overlap_program(tiles) -> list[tuple[str, int]]:
+    """FA3's intra-warpgroup pipelining: S_{j} = Q K_j^T and P_{j-1} V_{j-1} issued together,
+    softmax of tile j runs while the tensor cores compute P_{j-1} V_{j-1}."""
+    return _pipelined_program(tiles, overlap=True)
 
 
 def _softmax_first_program(tiles) -> list[tuple[str, int]]:
     """A valid order where P_{j-1} V_{j-1} is issued only after the softmax of tile j."""
-    tiles = _tile_list(tiles)
-    program = [("gemm_qk", tiles[0]), ("wait_qk", tiles[0]), ("softmax", tiles[0])]
-    for previous, j in zip(tiles, tiles[1:]):
-        program += [("gemm_qk", j), ("wait_qk", j), ("softmax", j), ("gemm_pv", previous),
-                    ("wait_pv", previous)]
-    return program + [("gemm_pv", tiles[-1]), ("wait_pv", tiles[-1])]
+    return _pipelined_program(tiles, overlap=False)
 
 
 def _student_program(overlap_program, n_tiles: int):

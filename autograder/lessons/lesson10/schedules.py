@@ -109,7 +109,7 @@ def copy_bound(is_copy_bound, cases=({"seed": 3, "count": 30, "strict": True},))
             longer = Params(11, args[0], args[1], args[2], 2)
             step = (fa3sim.run_sequential(longer).makespan
                     - fa3sim.run_sequential(dataclasses.replace(longer, n_tiles=10)).makespan)
-            mistake = identify(bool(got), variants, args, match=lambda g, wrong: wrong == g)
+            mistake = identify(bool(got), expected, variants, args, close=lambda value, reference: value == reference)
             raise failure(
                 f"{call} = {bool(got)}, ожидалось {expected}: в симуляторе каждый следующий тайл добавляет "
                 f"{step:g} = max(t_load, c), c = 2·t_gemm + t_softmax = {2 * args[1] + args[2]:g}.", mistake,

@@ -30,8 +30,9 @@ import numpy.random  # noqa: F401  loaded before student code runs: the guard re
 
 from ...gpu import runtime as gpu, nvrtc
 from ...checks.core import CheckFailed, call_student, check, describe_case, require_array
-from ...checks.memory import MiB, measure_peak, peak_table
-from ...checks.mistakes import failure, identify
+from ...checks.core import tolerance as compare_tolerance
+from ...checks.memory import Bound, MiB, measure_peak, peaks_within
+from ...checks.mistakes import arrays_close, compare_or_name, failure, identify
 from ...checks.scalars import expect_number, fmt
 
 WHAT = "paged_decode"
@@ -217,32 +218,6 @@ MERGE_MISTAKES = {
 }
 
 
-# --- naming a mistake -----------------------------------------------------------------------------
-
-def _telling(got, wrong) -> bool:
-    """A known mistake matches only a result with finite values: an all-NaN output fits several of them."""
-    if type(got) is not np.ndarray or np.shape(got) != np.shape(wrong) or not np.isfinite(got).any():
-        return False
-    with np.errstate(all="ignore"):
-        return bool(np.allclose(got.astype(np.float64), np.asarray(wrong, dtype=np.float64), atol=1e-4, rtol=1e-4,
-                                equal_nan=True))
-
-
-def compare_or_name(got, expected, *, inputs: tuple, variants, case: str, **compare_kwargs) -> float:
-    """:func:`autograder.checks.core.compare`; on a mismatch, the known mistake whose output it matches (not all NaN)."""
-    from ...checks.core import compare
-
-    try:
-        return compare(got, expected, case=case, **compare_kwargs)
-    except CheckFailed as mismatch:
-        if _telling(got, expected):  # the values are right: the dtype or the layout failed, no mistake to name
-            raise
-        mistake = identify(got, variants, inputs, match=_telling)
-        if mistake is None:
-            raise
-        raise failure(str(mismatch), mistake) from None
-
-
 # --- 1. the decode roofline ---------------------------------------------------------------------
 
 # The first case is an fp32 cache: with 2-byte elements "K only" and "elements, not bytes" give the same number.
@@ -298,29 +273,32 @@ def merge_inputs(S: int, B: int, H: int, d: int, seed: int):
     return o, lse
 
 
+def _lse_mismatches(value, reference) -> np.ndarray:
+    """Where an lse misses ``reference``: beyond 1e-5 + 1e-6·|reference|, or not the same infinity or NaN."""
+    value, reference = np.asarray(value, np.float64), np.asarray(reference, np.float64)
+    with np.errstate(all="ignore"):
+        same = ((value == reference) | (np.isnan(value) & np.isnan(reference))
+                | (np.isfinite(reference) & (np.abs(value - reference) <= 1e-5 + 1e-6 * np.abs(reference))))
+    return ~same
+
+
+def _same_lse(value, reference) -> bool:
+    """The lse test as the matcher's ``close``."""
+    return np.shape(value) == np.shape(reference) and not _lse_mismatches(value, reference).any()
+
+
 def _check_lse(got, want, *, case: str, mistake_inputs) -> None:
     got = require_array(got, shape=want.shape, dtype="float32", case=case, name="lse")
     g = got.astype(np.float64)
-    empty = ~np.isfinite(want)
-    with np.errstate(all="ignore"):
-        wrong = (empty & (g != -np.inf)) | (~empty & ~(np.abs(g - want) <= 1e-5 + 1e-6 * np.abs(want)))
+    wrong = _lse_mismatches(got, want)
     if wrong.any():
         index = tuple(int(i) for i in np.argwhere(wrong)[0])
-        mistake = identify(got, {k: (lambda o, l, f=f: f(o, l)[1]) for k, f in MERGE_MISTAKES.items()},
-                           mistake_inputs, match=_same_with_inf)
+        mistake = identify(got, want, {k: (lambda o, l, f=f: f(o, l)[1]) for k, f in MERGE_MISTAKES.items()},
+                           mistake_inputs, close=_same_lse)
         raise failure(f"lse не совпадает с log Σ exp(lse_s) ({case}): неверных {int(wrong.sum())} из {wrong.size}; "
                       f"первый индекс {index}: получено {g[index]!r}, ожидалось {want[index]!r}.", mistake,
                       otherwise="Подсказка: lse = m + log Σ exp(lse_s − m), m = max lse_s; если все части "
                                 "пусты — lse = −inf.")
-
-
-def _same_with_inf(got, want) -> bool:
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    if got.shape != want.shape:
-        return False
-    with np.errstate(all="ignore"):
-        same = (got == want) | (np.isnan(got) & np.isnan(want)) | (np.abs(got - want) <= 1e-4 + 1e-4 * np.abs(want))
-    return bool(same.all())
 
 
 @check("lesson11.merge", points=2, title="merge_partials: слияние частей по lse, пустые части, огромные lse")
@@ -424,22 +402,21 @@ MEMORY_SHARE = 0.25  # of one sequence's K and V for one KV head
 
 @check("lesson11.memory", points=1, title="Память: страница за страницей, без копии K/V последовательности")
 def memory(paged_decode, cases=MEMORY_CASES):
-    for c in cases:
+    def measure(c, case) -> Bound:
         inputs = _inputs_of(c)
-        case = describe_case(**c)
         n, d = max(c["lengths"]), c["d"]
         one_head = 2 * n * d * 4
         allowed = MEMORY_SHARE * one_head + 4 * c["B"] * c["Hq"] * d * 4
         peak = measure_peak(paged_decode, *(a.copy() for a in inputs), case=case, what=WHAT)
         compare_or_name(peak.result, oracle(*inputs), inputs=(*inputs, 1), variants=DECODE_MISTAKES, case=case)
-        table = peak_table([("пик paged_decode", peak.bytes, allowed),
-                            ("K и V одной головы", one_head, allowed)])
-        if peak.bytes > allowed:
-            raise CheckFailed(f"пик памяти {peak.mib:.2f} МиБ больше допуска {allowed / MiB:.2f} МиБ ({case}).\n{table}\n"
-                              "Вероятно, K или V последовательности собраны в один массив (np.concatenate, "
-                              "k_pages[block_table[b]] или k_pages[pages].reshape(...)): читайте страницу за "
-                              "страницей — k_pages[p] — это вид (view), а не копия, — и ведите online softmax.")
-    return table
+        return Bound(peak, allowed, [("пик paged_decode", peak.bytes, allowed), ("K и V одной головы", one_head, allowed)],
+                     lambda table: (
+                         f"пик памяти {peak.mib:.2f} МиБ больше допуска {allowed / MiB:.2f} МиБ ({case}).\n{table}\n"
+                         "Вероятно, K или V последовательности собраны в один массив (np.concatenate, "
+                         "k_pages[block_table[b]] или k_pages[pages].reshape(...)): читайте страницу за "
+                         "страницей — k_pages[p] — это вид (view), а не копия, — и ведите online softmax."))
+
+    return peaks_within(cases, measure)
 
 
 # --- 4. the GPU port -------------------------------------------------------------------------------
@@ -467,13 +444,16 @@ GPU_SPLITS = ({"B": 2, "Hq": 16, "Hkv": 8, "d": 128, "page_size": 16, "lengths":
                "num_splits": [1, 3]})
 
 
-def _to_host(got, inputs, num_splits, case: str) -> np.ndarray:
-    """gpu.to_host; a NaN in the result is still matched against the known mistakes (stale slots read...)."""
+def _to_host(got, inputs, num_splits, case: str, *, atol: float | None = None, rtol: float | None = None) -> np.ndarray:
+    """gpu.to_host; a NaN in the result is still matched against the known mistakes (stale slots read...),
+    by the tolerance the comparison will use."""
     try:
         return gpu.to_host(got, shape=inputs[0].shape, case=case)
     except CheckFailed as error:
         if type(got) is gpu._cp.ndarray and tuple(got.shape) == inputs[0].shape and got.dtype == np.float32:
-            mistake = identify(gpu._cp.asnumpy(got), DECODE_MISTAKES, (*inputs, num_splits or 1), match=_telling)
+            args = (*inputs, num_splits or 1)
+            mistake = identify(gpu._cp.asnumpy(got), oracle(*args), DECODE_MISTAKES, args,
+                               close=arrays_close(*compare_tolerance("float32", atol, rtol)))
             if mistake:
                 raise failure(str(error), mistake) from None
         raise
@@ -484,9 +464,9 @@ def _gpu_case(fn, c: dict, num_splits, *, check_unchanged: bool = False, **toler
     case = describe_case(**{k: v for k, v in c.items() if k != "num_splits"}, num_splits=num_splits)
     dev = [gpu.device(a) for a in inputs]
     got = gpu.run_student(fn, *dev, case=case, what=WHAT_GPU, num_splits=num_splits)
-    host = _to_host(got, inputs, num_splits, case)
     large = c.get("q_scale", 1.0) > 1 or c.get("keys_away")
     tol = {"atol": LARGE_TOLERANCE, "rtol": LARGE_TOLERANCE} if large else {}
+    host = _to_host(got, inputs, num_splits, case, **{**tol, **tolerance})
     compare_or_name(host, oracle(*inputs, num_splits or 1), inputs=(*inputs, num_splits or 1),
                     variants=DECODE_MISTAKES, case=case, **{**tol, **tolerance},
                     hint="стоит проверить индекс страницы block_table[b, t / page_size], KV-голову h / G, "
