@@ -69,6 +69,20 @@ def _storage(t: str):
     return UNSIGNED[max(bits, 16)] if bits <= 64 else None
 
 
+def _granule(kernel: Kernel) -> int:
+    """The smallest access (bytes, at most 4) the kernel can make to shared memory (shared or generic space)."""
+    g = 4
+    for ins in kernel.instructions:
+        if ins.mnemonic in ("ld", "ldu", "st", "atom", "red"):
+            parts = ins.parts[1:]
+            if any(p in parts for p in ("param", "global", "local", "const")):
+                continue
+            t = next((p for p in reversed(parts) if p in TYPE_BITS), None)
+            if t is not None:
+                g = min(g, max(TYPE_BITS[t] // 8, 1))
+    return {1: 1, 2: 2, 4: 4}.get(g, 1)
+
+
 class Machine:
     def __init__(self, kernel: Kernel, grid, block, args, shared_bytes: int = 0, *, max_issues: int = MAX_ISSUES,
                  lanes: int = LANES):
@@ -91,6 +105,7 @@ class Machine:
         self._lanes()
         self.registers: dict = {}
         self._atomic = False
+        self.granule = _granule(kernel)
         self.ops = Compiler(self, kernel).compile()
 
     # --- set-up ---------------------------------------------------------------------------------
@@ -428,7 +443,7 @@ class Machine:
         for r in self.registers.values():
             r[...] = 0
         self.wep[...] = 0
-        self.shared = SharedMemory(self.B, self.shared_size, self.shared_vars)
+        self.shared = SharedMemory(self.B, self.shared_size, self.shared_vars, self.granule)
         self.local = LocalMemory(self.L, self.local_size)
         self._execute()
 
@@ -505,15 +520,17 @@ class Machine:
 
     def _partial_collective(self, op, mask):
         present = self.warp_bits(mask)
-        alive = self.warp_bits(~self.exited)
+        existing = self.warp_bits(self.exists)
         w = int(np.flatnonzero(present)[0])
         lane = w * 32 + int(np.flatnonzero(mask[w * 32:(w + 1) * 32])[0])
+        mm = np.asarray(op.member()) if op.member is not None else np.uint32(0xFFFFFFFF)
+        mm = int(mm if mm.ndim == 0 else mm[lane]) & 0xFFFFFFFF
         here = bin(int(present[w])).count("1")
-        live = bin(int(alive[w])).count("1")
+        named = bin(int(existing[w]) & mm).count("1")
         self.fault("partial_warp_collective",
-                   f"операцию над варпом (__shfl_sync, __ballot_sync, __syncwarp …) выполнили только {here} из {live} "
-                   "живых потоков варпа, а маска требует всех: остальные потоки пошли по другой ветке или вышли; на "
-                   "GPU результат не определён", lane, op.ins)
+                   f"операцию над варпом (__shfl_sync, __ballot_sync, __syncwarp …) выполнили только {here} из {named} "
+                   "потоков варпа, названных её маской: остальные пошли по другой ветке или вышли; на GPU результат "
+                   "не определён", lane, op.ins)
 
     def _release(self, bar_wait, bar_pc, add):
         B = self.B

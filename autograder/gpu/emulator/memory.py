@@ -117,18 +117,26 @@ class GlobalArena:
 
 
 class SharedMemory:
-    """Shared memory of the blocks of one chunk: ``size`` bytes per block, with shadow words per byte."""
+    """Shared memory of the blocks of one chunk: ``size`` bytes per block, with shadow words per granule.
 
-    def __init__(self, blocks: int, size: int, variables: list):
+    The granule (1, 2 or 4 bytes) is the smallest shared access the kernel's PTX can make (min over its
+    ld/st/atom of shared or generic space): two threads touching different bytes of one granule are never
+    both in it, so the granule is exact for races and uninitialised reads."""
+
+    def __init__(self, blocks: int, size: int, variables: list, granule: int = 1):
         self.size = size
         self.stride = max(-(-size // 16) * 16, 16)
         self.blocks = blocks
+        self.g = granule
+        self.gshift = {1: 0, 2: 1, 4: 2}[granule]
+        self.gstride = self.stride // granule
         # A GPU holds garbage in shared memory; reads of bytes never written are reported, the bytes are 0xFF.
         self.data = np.full(blocks * self.stride, 0xFF, dtype=np.uint8)
-        self.writer = np.zeros(blocks * self.stride, dtype=np.int64)
-        self.reader = np.zeros(blocks * self.stride, dtype=np.int64)
-        self.writer_pc = np.zeros(blocks * self.stride, dtype=np.int32)
-        self.reader_pc = np.zeros(blocks * self.stride, dtype=np.int32)
+        n = blocks * self.gstride
+        self.writer = np.zeros(n, dtype=np.int64)
+        self.reader = np.zeros(n, dtype=np.int64)
+        self.writer_pc = np.zeros(n, dtype=np.int32)
+        self.reader_pc = np.zeros(n, dtype=np.int32)
         self.epoch = np.ones(blocks, dtype=np.int64)
         self.variables = variables  # (offset, size, name) of each shared variable
 
@@ -140,92 +148,131 @@ class SharedMemory:
 
     # --- shadow state: races between barriers and reads of bytes never written ----------------------------
 
-    def _bytes(self, slot, off, size, *per_lane):
-        """Byte positions of accesses of ``size`` bytes, and each per-lane array repeated per byte."""
-        base = slot * self.stride + off
-        if size == 1:
+    def _granules(self, slot, off, size, *per_lane):
+        """Granule positions of accesses of ``size`` bytes, and each per-lane array repeated per granule."""
+        base = slot * self.gstride + (off >> self.gshift)
+        n = max(size >> self.gshift, 1)
+        if n == 1:
             return (base, *per_lane)
-        b = (base[:, None] + np.arange(size, dtype=np.int64)).reshape(-1)
-        return (b, *(np.repeat(a, size) for a in per_lane))
+        b = (base[:, None] + np.arange(n, dtype=np.int64)).reshape(-1)
+        return (b, *(np.repeat(a, n) for a in per_lane))
+
+    def _byte(self, g, slot_g):
+        return int((g - slot_g * self.gstride) << self.gshift)
+
+    def _keys(self, slot, tid, wep):
+        ep = self.epoch[slot] << EPOCH_SHIFT
+        return ep, ep | (wep << WEP_SHIFT) | (tid + 1)
 
     def track_read(self, slot, off, size, tid, wep, pc):
-        """Record reads; the problems found: a list of (kind, index of the lane's byte, other thread, other pc,
-        byte position, count)."""
-        b, tid, wep, slot_b = self._bytes(slot, off, size, tid, wep, slot)
+        """Record reads; the problems found: a list of (kind, index of the lane, other thread, other pc, byte,
+        count)."""
+        ep, key = self._keys(slot, tid, wep)
+        lane = np.arange(len(slot))
+        b, ep, key, lane = self._granules(slot, off, size, ep, key, lane)
+        n = max(size >> self.gshift, 1)
         problems = []
         W = self.writer[b]
         never = W == 0
         if never.any():
             i = int(np.flatnonzero(never)[0])
-            problems.append(("uninitialized_shared", i // size, None, None, int(b[i] - slot_b[i] * self.stride),
-                             int(never.sum())))
-        ep = self.epoch[slot_b]
-        t1 = tid + 1
-        wt = W & TID_MASK
-        race = ((W >> EPOCH_SHIFT) == ep) & (wt != t1) & ~(((wt - 1) >> 5 == tid >> 5)
-                                                           & (wep > ((W >> WEP_SHIFT) & WEP_MASK)))
-        if race.any():
-            i = int(np.flatnonzero(race)[0])
-            problems.append(("raw", i // size, int(wt[i] - 1), int(self.writer_pc[b[i]]),
-                             int(b[i] - slot_b[i] * self.stride), int(race.sum())))
+            problems.append(("uninitialized_shared", int(lane[i]), None, None,
+                             self._byte(b[i], slot[lane[i]]), int(never.sum())))
+        same = W >= ep
+        if same.any():
+            s = np.flatnonzero(same)
+            Ws, ks = W[s], key[s]
+            wt, t1 = Ws & TID_MASK, ks & TID_MASK
+            ordered = (((wt - 1) >> 5) == ((t1 - 1) >> 5)) & (((ks >> WEP_SHIFT) & WEP_MASK) >
+                                                               ((Ws >> WEP_SHIFT) & WEP_MASK))
+            race = (wt != t1) & ~ordered
+            if race.any():
+                j = int(np.flatnonzero(race)[0])
+                i = s[j]
+                problems.append(("raw", int(lane[i]), int(wt[j] - 1), int(self.writer_pc[b[i]]),
+                                 self._byte(b[i], slot[lane[i]]), int(race.sum())))
         R = self.reader[b]
-        same = (R >> EPOCH_SHIFT) == ep
-        rt = R & TID_MASK
-        multi = same & ((rt != t1) | ((R & MULTI) != 0))
-        mixed = same & ((((rt - 1) >> 5) != (tid >> 5)) | ((R & MIXED) != 0))
-        new = (ep << EPOCH_SHIFT) | (wep << WEP_SHIFT) | t1 | np.where(multi, MULTI, 0) | np.where(mixed, MIXED, 0)
-        self.reader[b] = new
+        sameR = R >= ep
+        self.reader[b] = key
         self.reader_pc[b] = pc
         back = self.reader[b]
-        dup = (back & TID_MASK) != t1
-        if dup.any():
-            self.reader[b[dup]] |= MULTI
-            mixed2 = dup & ((((back & TID_MASK) - 1) >> 5) != (tid >> 5))
-            if mixed2.any():
-                self.reader[b[mixed2]] |= MIXED
+        t1 = key & TID_MASK
+        flag = back != key
+        if sameR.any():
+            s = np.flatnonzero(sameR)
+            Rs = R[s]
+            rt = Rs & TID_MASK
+            multi = (rt != t1[s]) | ((Rs & MULTI) != 0)
+            mixed = (((rt - 1) >> 5) != ((t1[s] - 1) >> 5)) | ((Rs & MIXED) != 0)
+            carry = np.where(multi, MULTI, 0) | np.where(mixed, MIXED, 0)
+            if carry.any():
+                np.bitwise_or.at(self.reader, b[s], carry)  # rare enough; duplicates must all land
+        if flag.any():
+            s = np.flatnonzero(flag)
+            bt = back[s] & TID_MASK
+            same_thread = bt == t1[s]
+            s = s[~same_thread]
+            if len(s):
+                bt = back[s] & TID_MASK
+                self.reader[b[s]] |= MULTI
+                mixed2 = ((bt - 1) >> 5) != ((t1[s] - 1) >> 5)
+                if mixed2.any():
+                    self.reader[b[s[mixed2]]] |= MIXED
         return problems
 
     def track_write(self, slot, off, size, tid, wep, pc):
-        b, tid, wep, slot_b = self._bytes(slot, off, size, tid, wep, slot)
+        ep, key = self._keys(slot, tid, wep)
+        lane = np.arange(len(slot))
+        b, ep, key, lane = self._granules(slot, off, size, ep, key, lane)
         problems = []
-        ep = self.epoch[slot_b]
-        t1 = tid + 1
+        t1 = key & TID_MASK
+        kw = (key >> WEP_SHIFT) & WEP_MASK
         W = self.writer[b]
-        wt = W & TID_MASK
-        waw = ((W >> EPOCH_SHIFT) == ep) & (wt != t1) & ~(((wt - 1) >> 5 == tid >> 5)
-                                                          & (wep > ((W >> WEP_SHIFT) & WEP_MASK)))
-        if waw.any():
-            i = int(np.flatnonzero(waw)[0])
-            problems.append(("waw", i // size, int(wt[i] - 1), int(self.writer_pc[b[i]]),
-                             int(b[i] - slot_b[i] * self.stride), int(waw.sum())))
+        same = W >= ep
+        if same.any():
+            s = np.flatnonzero(same)
+            wt = W[s] & TID_MASK
+            ordered = (((wt - 1) >> 5) == ((t1[s] - 1) >> 5)) & (kw[s] > ((W[s] >> WEP_SHIFT) & WEP_MASK))
+            waw = (wt != t1[s]) & ~ordered
+            if waw.any():
+                j = int(np.flatnonzero(waw)[0])
+                i = s[j]
+                problems.append(("waw", int(lane[i]), int(wt[j] - 1), int(self.writer_pc[b[i]]),
+                                 self._byte(b[i], slot[lane[i]]), int(waw.sum())))
         R = self.reader[b]
-        rt = R & TID_MASK
-        ordered = ((R & MIXED) == 0) & (((rt - 1) >> 5) == (tid >> 5)) & (wep > ((R >> WEP_SHIFT) & WEP_MASK))
-        war = ((R >> EPOCH_SHIFT) == ep) & ((rt != t1) | ((R & MULTI) != 0)) & ~ordered
-        if war.any():
-            i = int(np.flatnonzero(war)[0])
-            other = int(rt[i] - 1) if rt[i] != t1 else None
-            problems.append(("war", i // size, other, int(self.reader_pc[b[i]]),
-                             int(b[i] - slot_b[i] * self.stride), int(war.sum())))
-        new = (ep << EPOCH_SHIFT) | (wep << WEP_SHIFT) | t1
-        self.writer[b] = new
+        sameR = R >= ep
+        if sameR.any():
+            s = np.flatnonzero(sameR)
+            Rs = R[s]
+            rt = Rs & TID_MASK
+            ordered = ((Rs & MIXED) == 0) & (((rt - 1) >> 5) == ((t1[s] - 1) >> 5)) & (
+                kw[s] > ((Rs >> WEP_SHIFT) & WEP_MASK))
+            war = ((rt != t1[s]) | ((Rs & MULTI) != 0)) & ~ordered
+            if war.any():
+                j = int(np.flatnonzero(war)[0])
+                i = s[j]
+                other = int(rt[j] - 1) if rt[j] != t1[i] else None
+                problems.append(("war", int(lane[i]), other, int(self.reader_pc[b[i]]),
+                                 self._byte(b[i], slot[lane[i]]), int(war.sum())))
+        self.writer[b] = key
         self.writer_pc[b] = pc
         back = self.writer[b]
         dup = (back & TID_MASK) != t1
         if dup.any():
             i = int(np.flatnonzero(dup)[0])
-            problems.append(("waw", i // size, int((back[i] & TID_MASK) - 1), pc,
-                             int(b[i] - slot_b[i] * self.stride), int(dup.sum())))
+            problems.append(("waw", int(lane[i]), int((back[i] & TID_MASK) - 1), pc,
+                             self._byte(b[i], slot[lane[i]]), int(dup.sum())))
         return problems
 
     def track_atomic(self, slot, off, size):
         """Atomics take no part in races; they read (uninitialised bytes are reported) and initialise."""
-        b, slot_b = self._bytes(slot, off, size, slot)
+        lane = np.arange(len(slot))
+        b, lane = self._granules(slot, off, size, lane)
         problems = []
         never = self.writer[b] == 0
         if never.any():
             i = int(np.flatnonzero(never)[0])
-            problems.append(("uninitialized_shared", i // size, None, None, int(b[i] - slot_b[i] * self.stride),
+            problems.append(("uninitialized_shared", int(lane[i]), None, None, self._byte(b[i], slot[lane[i]]),
                              int(never.sum())))
         self.writer[b[never]] = ATOMIC_WRITER
         return problems

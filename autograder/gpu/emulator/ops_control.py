@@ -36,7 +36,7 @@ def build_bar(ins, c):
 
         def run(mask):
             machine.wep[mask] += 1
-        return Op(COLLECTIVE, run, ready=lambda part: machine.ready(part, mm()))
+        return Op(COLLECTIVE, run, ready=lambda part: machine.ready(part, mm()), member=mm)
     if set(parts) - {"sync", "cta", "aligned"} or "sync" not in parts:
         raise Unsupported("barrier form " + ".".join(parts))
     if len(ins.operands) != 1:
@@ -97,7 +97,7 @@ def build_shfl(ins, c):
         d(v[src], mask)
         if p is not None:
             p(ok, mask)
-    return Op(COLLECTIVE, run, ready=lambda part: machine.ready(part, mm()))
+    return Op(COLLECTIVE, run, ready=lambda part: machine.ready(part, mm()), member=mm)
 
 
 @opcode("vote")
@@ -129,7 +129,7 @@ def build_vote(ins, c):
         else:
             r = (yes == here) | (yes == 0)
         d(np.repeat(r, 32), mask)
-    return Op(COLLECTIVE, run, ready=lambda part: machine.ready(part, mm()))
+    return Op(COLLECTIVE, run, ready=lambda part: machine.ready(part, mm()), member=mm)
 
 
 @opcode("activemask")

@@ -45,6 +45,7 @@ class Op:
     fn: object  # fn(mask) for PLAIN/EXIT/BARRIER; for BRANCH the guard; for COLLECTIVE see machine
     target: int = -1  # BRANCH: the instruction index of the label
     ready: object = None  # COLLECTIVE: ready(mask) -> lanes whose warps may execute now
+    member: object = None  # COLLECTIVE: getter of the member mask
     ins: Instruction | None = None
 
 
