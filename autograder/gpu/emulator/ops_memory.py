@@ -245,6 +245,9 @@ def _atomic(ins, c, returns):
             machine.atomic_io(space, idx[order][first], sa[first], size, ins, final[last].view(u))
             old_all[order] = old_sorted.view(u)
             del start_sum
+        elif op in ("cas", "exch") and rounds > 1:
+            _sequential_cas_exch(machine, space, op, idx, order, sa, first, group_start, bv, cvv, size, ins, dt, u,
+                                 old_all)
         else:
             for r in range(rounds):
                 sel = order[rank == r]
@@ -255,6 +258,51 @@ def _atomic(ins, c, returns):
         if set_old is not None:
             set_old(old_all, idx)
     return Op(PLAIN, run)
+
+
+def _sequential_cas_exch(machine, space, op, idx, order, sa, first, group_start, bv, cvv, size, ins, dt, u, old_all):
+    """cas and exch of many lanes on few addresses, in lane order, without a round per lane.
+
+    exch: each lane gets the value the lane before it swapped in.  cas: per address, the lanes before the next
+    lane whose compare value matches the current value all read it unchanged; that lane swaps; repeat (one pass
+    per successful swap, usually one per instruction in a CAS loop)."""
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], len(sa))
+    base = machine.atomic_io(space, idx[order][starts], sa[starts], size, ins).view(dt)
+    b_sorted = bv[order]
+    old_sorted = np.empty(len(sa), dtype=dt)
+    if op == "exch":
+        prev = np.empty(len(sa), dtype=dt)
+        prev[1:] = b_sorted[:-1]
+        prev[starts] = base
+        old_sorted = prev
+        final = b_sorted[ends - 1]
+    else:
+        c_sorted = cvv[order]
+        group = np.repeat(np.arange(len(starts)), ends - starts)
+        cur = base.copy()
+        pos = starts.copy()  # the first lane of each group not yet done
+        active = pos < ends
+        while active.any():
+            g_act = np.flatnonzero(active)
+            # lanes of active groups from pos on: does their compare value match the group's current value?
+            lane_pos = np.arange(len(sa))
+            todo = (lane_pos >= pos[group]) & active[group]
+            match = todo & (b_sorted == cur[group])
+            # the first match per group (len(sa) where none)
+            firsts = np.full(len(starts), len(sa))
+            mi = np.flatnonzero(match)
+            np.minimum.at(firsts, group[mi], mi)
+            stop = np.minimum(firsts, ends)
+            read_cur = todo & (lane_pos <= stop[group]) & (lane_pos < ends[group])
+            old_sorted[read_cur] = cur[group[read_cur]]
+            hit = g_act[firsts[g_act] < ends[g_act]]
+            cur[hit] = c_sorted[firsts[hit]]
+            pos = np.where(active, stop + 1, pos)
+            active = active & (firsts < ends) & (pos < ends)
+        final = cur
+    machine.atomic_io(space, idx[order][starts], sa[starts], size, ins, np.asarray(final, dtype=dt).view(u))
+    old_all[order] = old_sorted.view(u)
 
 
 @opcode("atom")

@@ -245,7 +245,7 @@ def _kernel(name, params, body, module_vars, files) -> Kernel:
         stmt = _COMMENT.sub("", raw).strip()
         if not stmt or stmt in ("{", "}"):
             continue
-        if stmt.startswith(".loc"):
+        if stmt.startswith((".loc ", ".loc\t")):
             m = _LOC.match(stmt)
             if m:
                 line = int(m.group(2)) or None

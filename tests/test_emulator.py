@@ -1,0 +1,480 @@
+"""Does the PTX emulator (autograder.gpu.emulator) compute what the GPU computes?
+
+Small CUDA C kernels (PTX from NVRTC at compute_75 and compute_80, no GPU needed) are run on the emulator and
+compared with NumPy: exactly where the operation order is known, within the lessons' tolerances for the
+lessons' reference kernels at their graded sizes.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from autograder.gpu import nvrtc
+from autograder.gpu.emulator import launch
+
+pytestmark = pytest.mark.skipif(nvrtc._NVRTC is None, reason="NVRTC is not installed")
+ARCHS = ["compute_75", "compute_80"]
+
+
+def run(source, kernel, grid, block, args, shared_bytes=0, arch="compute_75"):
+    r = launch(nvrtc.ptx(source, arch=arch), kernel, grid, block, args, shared_bytes)
+    assert r.ok, "\n".join(str(f) for f in r.findings)
+    assert r.issued > 0
+    return r
+
+
+VECTOR_ADD = r'''
+extern "C" __global__ void vadd(const float* a, const float* b, float* c, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+'''
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("n", [1, 1000, 4096])
+def test_vector_add_with_a_tail_guard(arch, n):
+    rng = np.random.default_rng(n)
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    c = np.full(n, np.nan, dtype=np.float32)
+    a0 = a.copy()
+    run(VECTOR_ADD, "vadd", (n + 255) // 256, 256, [a, b, c, np.int32(n)], arch=arch)
+    assert np.array_equal(c, a + b)  # float32 addition: bit-equal
+    assert np.array_equal(a, a0)  # inputs are written back unchanged
+
+
+BLOCK_SUM = r'''
+extern "C" __global__ void block_sum(const float* x, float* out, int n)
+{
+    extern __shared__ float s[];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[threadIdx.x] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) s[threadIdx.x] += s[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = s[0];
+}
+'''
+
+
+def tree_sum(v: np.ndarray) -> np.float32:
+    """The float32 sum in the tree order of BLOCK_SUM."""
+    v = v.astype(np.float32).copy()
+    while len(v) > 1:
+        half = len(v) // 2
+        v = v[:half] + v[half:]
+    return v[0]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_shared_memory_tree_reduction_with_dynamic_shared_memory(arch):
+    n, threads = 3000, 128
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    blocks = (n + threads - 1) // threads
+    out = np.zeros(blocks, dtype=np.float32)
+    run(BLOCK_SUM, "block_sum", blocks, threads, [x, out, np.int32(n)], shared_bytes=threads * 4, arch=arch)
+    padded = np.zeros(blocks * threads, np.float32)
+    padded[:n] = x
+    expected = np.array([tree_sum(padded[k * threads:(k + 1) * threads]) for k in range(blocks)])
+    assert np.array_equal(out, expected)
+
+
+def test_too_little_dynamic_shared_memory_is_out_of_bounds():
+    x, out = np.ones(128, np.float32), np.zeros(1, np.float32)
+    r = launch(nvrtc.ptx(BLOCK_SUM), "block_sum", 1, 128, [x, out, np.int32(128)], shared_bytes=256)
+    assert [f.kind for f in r.findings] == ["shared_oob"]
+    assert "динамической 256 Б" in r.findings[0].message
+
+
+WARP_REDUCE = r'''
+extern "C" __global__ void warp_sums(const float* x, float* out, int* lanes_with_data)
+{
+    float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+    for (int offset = 16; offset > 0; offset /= 2)
+        v += __shfl_down_sync(0xffffffffu, v, offset);
+    unsigned ballot = __ballot_sync(0xffffffffu, x[blockIdx.x * blockDim.x + threadIdx.x] > 0.0f);
+    int lane = threadIdx.x & 31;
+    if (lane == 0) {
+        out[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = v;
+        lanes_with_data[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = __popc(ballot);
+    }
+    float up = __shfl_up_sync(0xffffffffu, x[blockIdx.x * blockDim.x + threadIdx.x], 3);
+    float idx = __shfl_sync(0xffffffffu, up, 31 - lane);
+    if (__all_sync(0xffffffffu, lane < 32) && __any_sync(0xffffffffu, lane == 7))
+        out[64 + blockIdx.x * blockDim.x + threadIdx.x] = idx;
+}
+'''
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_warp_shuffles_and_votes(arch):
+    x = np.random.default_rng(2).standard_normal(64 * 2).astype(np.float32)
+    out = np.zeros(64 + 128, np.float32)
+    count = np.zeros(4, np.int32)
+    run(WARP_REDUCE, "warp_sums", 2, 64, [x, out, count], arch=arch)
+    for w in range(4):
+        v = x[32 * w:32 * (w + 1)].copy()
+        for offset in (16, 8, 4, 2, 1):  # shfl_down: lanes past the end keep their own value
+            v = v + np.concatenate([v[offset:], v[32 - offset:]])
+        assert out[w] == v[0]
+        assert count[w] == int((x[32 * w:32 * (w + 1)] > 0).sum())
+        up = np.concatenate([x[32 * w:32 * w + 3], x[32 * w:32 * w + 29]])
+        assert np.array_equal(out[64 + 32 * w:64 + 32 * (w + 1)], up[::-1])
+
+
+ATOMICS = r'''
+extern "C" __global__ void atomics(const int* keys, const float* vals, int n, int* hist, float* total,
+                                   int* minmax, unsigned* exch, int* cas_count)
+{
+    __shared__ int local_hist[16];
+    if (threadIdx.x < 16) local_hist[threadIdx.x] = 0;
+    __syncthreads();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        atomicAdd(&local_hist[keys[i] & 15], 1);
+        atomicAdd(total, vals[i]);
+        atomicMin(&minmax[0], keys[i]);
+        atomicMax(&minmax[1], keys[i]);
+        atomicExch(exch, 7u);
+        int old, assumed;                     // an atomicCAS loop: count one per thread
+        do { assumed = *((volatile int*)cas_count); old = atomicCAS(cas_count, assumed, assumed + 1); }
+        while (old != assumed);
+    }
+    __syncthreads();
+    if (threadIdx.x < 16) atomicAdd(&hist[threadIdx.x], local_hist[threadIdx.x]);
+}
+'''
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_atomics_global_and_shared(arch):
+    n = 700
+    rng = np.random.default_rng(3)
+    keys = rng.integers(-1000, 1000, n).astype(np.int32)
+    vals = rng.integers(-8, 8, n).astype(np.float32)  # small integers: the float sum is exact in any order
+    hist, total = np.zeros(16, np.int32), np.zeros(1, np.float32)
+    minmax = np.array([2**31 - 1, -2**31], dtype=np.int32)
+    exch, cas = np.zeros(1, np.uint32), np.zeros(1, np.int32)
+    run(ATOMICS, "atomics", 3, 256, [keys, vals, np.int32(n), hist, total, minmax, exch, cas], arch=arch)
+    assert np.array_equal(hist, np.bincount(keys & 15, minlength=16))
+    assert total[0] == vals.sum()
+    assert list(minmax) == [keys.min(), keys.max()]
+    assert exch[0] == 7 and cas[0] == n
+
+
+DIVERGENT_LOOP = r'''
+extern "C" __global__ void collatz(const int* start, int* steps, int* parity, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long v = start[i];
+    int k = 0;
+    while (v != 1) {
+        if (v % 2 == 0) v /= 2;
+        else v = 3 * v + 1;
+        ++k;
+    }
+    steps[i] = k;
+    if (k % 3 == 0) parity[i] = -k;
+    else if (k % 3 == 1) parity[i] = k * 2;
+    else parity[i] = k / 2 - 100;
+}
+'''
+
+
+def collatz_steps(v: int) -> int:
+    k = 0
+    while v != 1:
+        v = v // 2 if v % 2 == 0 else 3 * v + 1
+        k += 1
+    return k
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_divergent_if_else_and_a_loop_with_a_different_trip_count_per_thread(arch):
+    n = 300
+    start = np.arange(1, n + 1, dtype=np.int32)
+    steps, parity = np.zeros(n, np.int32), np.zeros(n, np.int32)
+    r = run(DIVERGENT_LOOP, "collatz", 3, 128, [start, steps, parity, np.int32(n)], arch=arch)
+    expected = np.array([collatz_steps(int(v)) for v in start])
+    assert np.array_equal(steps, expected)
+    assert np.array_equal(parity, np.where(expected % 3 == 0, -expected, np.where(expected % 3 == 1, 2 * expected,
+                                                                                   expected // 2 - 100)))
+    assert r.issued > 100  # every distinct path was issued on its own
+
+
+INTEGERS = r'''
+extern "C" __global__ void integers(const int* a, const int* b, long long* out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int x = a[i], y = b[i];
+    unsigned ux = (unsigned)x, uy = (unsigned)y;
+    long long* o = out + 16 * i;
+    o[0] = x / y;  o[1] = x % y;  o[2] = ux / uy;  o[3] = ux % uy;
+    o[4] = __mulhi(x, y);  o[5] = __umulhi(ux, uy);  o[6] = (long long)x * y;
+    o[7] = x << (uy & 31);  o[8] = x >> (uy & 31);  o[9] = ux >> (uy & 31);
+    o[10] = __popc(ux);  o[11] = __clz(x);  o[12] = __brev(ux);
+    o[13] = min(x, y) ^ max(ux, uy);  o[14] = abs(x) - (~y & 0xff0f);
+    o[15] = __byte_perm(ux, uy, 0x5140);
+}
+'''
+
+
+def test_integer_division_shifts_bits_and_wide_products():
+    n = 200
+    rng = np.random.default_rng(4)
+    a = rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
+    b = rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
+    a[:4] = [7, -7, 7, -7]
+    b[:4] = [2, 2, -2, -2]
+    b[b == 0] = 3
+    out = np.zeros(16 * n, np.int64)
+    run(INTEGERS, "integers", 1, 256, [a, b, out, np.int32(n)])
+    o = out.reshape(n, 16)
+    for i in range(n):
+        x, y = int(a[i]), int(b[i])
+        ux, uy = x & 0xFFFFFFFF, y & 0xFFFFFFFF
+        q = abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)
+        wrap = lambda v: ((v + 2**31) % 2**32) - 2**31  # noqa: E731
+        expected = [wrap(q), x - q * y, ux // uy, ux % uy, (x * y) >> 32, (ux * uy) >> 32, x * y,
+                    wrap(x << (uy & 31)), x >> (uy & 31), ux >> (uy & 31), bin(ux).count("1"),
+                    32 - ux.bit_length(), int(f"{ux:032b}"[::-1], 2), wrap(min(x, y) ^ max(ux, uy)),
+                    wrap(abs(x) - (~y & 0xFF0F)),
+                    None]
+        got = list(o[i])
+        sel = (ux.to_bytes(4, "little") + uy.to_bytes(4, "little"))
+        expected[15] = int.from_bytes(bytes(sel[k] for k in (0, 4, 1, 5)), "little")
+        for k in (2, 3, 5, 10, 11, 12, 15):
+            got[k] &= 0xFFFFFFFF
+        assert got[:15] == [int(v) for v in expected[:15]], i
+        assert got[15] == expected[15]
+
+
+FLOATS = r'''
+extern "C" __global__ void floats(const float* a, const float* b, const float* c, float* out, int* ints, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = a[i], y = b[i], z = c[i];
+    float* o = out + 12 * i;
+    o[0] = __fmaf_rn(x, y, z);  o[1] = __fmaf_rz(x, y, z);  o[2] = __fmaf_rd(x, y, z);  o[3] = __fmaf_ru(x, y, z);
+    o[4] = __fdiv_rn(x, y);  o[5] = __fsqrt_rn(fabsf(x));  o[6] = __fadd_rz(x, y);  o[7] = __fmul_ru(x, y);
+    o[8] = fminf(x, y);  o[9] = fmaxf(x, z);  o[10] = (float)(double)x * 0.5f;  o[11] = __int2float_rz(ints[i]);
+    int* k = ints + n + 4 * i;
+    k[0] = __float2int_rn(x * 1000.0f);  k[1] = __float2int_rz(x * 1000.0f);
+    k[2] = __float2int_rd(x * 1000.0f);  k[3] = (int)__float2uint_ru(x * 1000.0f);
+}
+'''
+
+
+def exact_round(values, mode):
+    """Exactly rounded float32 of Python Fractions, by mode (rn rz rd ru)."""
+    from fractions import Fraction
+    out = []
+    for v in values:
+        f = np.float32(float(v))  # float() of a Fraction rounds correctly to float64; fix below
+        cands = [np.nextafter(f, np.float32(-np.inf)), f, np.nextafter(f, np.float32(np.inf))]
+        below = max((c for c in cands if Fraction(float(c)) <= v), key=lambda c: Fraction(float(c)))
+        above = min((c for c in cands if Fraction(float(c)) >= v), key=lambda c: Fraction(float(c)))
+        if below == above:
+            out.append(below)
+        elif mode == "rd":
+            out.append(below)
+        elif mode == "ru":
+            out.append(above)
+        elif mode == "rz":
+            out.append(below if v > 0 else above)
+        else:
+            db, da = v - Fraction(float(below)), Fraction(float(above)) - v
+            if db != da:
+                out.append(below if db < da else above)
+            else:
+                out.append(below if int(np.array(below).view(np.uint32)) % 2 == 0 else above)
+    return np.array(out, dtype=np.float32)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_float_rounding_modes_fma_division_and_conversions(arch):
+    from fractions import Fraction
+    n = 256
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(n).astype(np.float32)
+    b = (rng.standard_normal(n) * 1e-3).astype(np.float32)
+    c = -(a * b).astype(np.float32)  # cancellation: fma keeps what a separate mul + add loses
+    c[::3] = rng.standard_normal(len(c[::3])).astype(np.float32)
+    a[0], b[0], c[0] = np.nan, 1.0, 0.0
+    ints = np.concatenate([rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32), np.zeros(4 * n, np.int32)])
+    out = np.zeros(12 * n, np.float32)
+    run(FLOATS, "floats", 1, 256, [a, b, c, out, ints, np.int32(n)], arch=arch)
+    o = out.reshape(n, 12)[1:]
+    a1, b1, c1 = a[1:], b[1:], c[1:]
+    exact_fma = [Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)) for x, y, z in zip(a1, b1, c1)]
+    for k, mode in enumerate(("rn", "rz", "rd", "ru")):
+        assert np.array_equal(o[:, k], exact_round(exact_fma, mode)), mode
+    assert np.array_equal(o[:, 4], a1 / b1)
+    assert np.array_equal(o[:, 5], np.sqrt(np.abs(a1)))
+    assert np.array_equal(o[:, 6], exact_round([Fraction(float(x)) + Fraction(float(y)) for x, y in zip(a1, b1)], "rz"))
+    assert np.array_equal(o[:, 7], exact_round([Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a1, b1)], "ru"))
+    assert np.array_equal(o[:, 8], np.fmin(a1, b1)) and np.array_equal(o[:, 9], np.fmax(a1, c1))
+    assert np.array_equal(o[:, 10], a1 * np.float32(0.5))
+    assert np.array_equal(o[:, 11], exact_round([Fraction(int(v)) for v in ints[1:n]], "rz"))
+    assert out[8] == 1.0 and out[9] == 0.0  # fminf(NaN, 1) = 1, fmaxf(NaN, 0) = 0
+    assert np.isnan(out[0])
+    k = ints[n:].reshape(n, 4)[1:]
+    s = (a1 * np.float32(1000)).astype(np.float64)
+    assert np.array_equal(k[:, 0], np.rint(s)) and np.array_equal(k[:, 1], np.trunc(s))
+    assert np.array_equal(k[:, 2], np.floor(s))
+    assert np.array_equal(k[:, 3].view(np.uint32), np.clip(np.ceil(s), 0, None).astype(np.uint32))
+    assert ints[n] == 0  # NaN converts to 0
+
+
+LOCAL_AND_GENERIC = r'''
+__device__ __noinline__ float pick(const float* p, int k) { return p[k]; }
+
+extern "C" __global__ void local_generic(const float* x, float* y, int shift)
+{
+    __shared__ float s[64];
+    float a[8];
+    for (int k = 0; k < 8; ++k) a[k] = x[threadIdx.x] * k;
+    s[threadIdx.x] = x[threadIdx.x] + 1.0f;
+    __syncthreads();
+    const float* p = (threadIdx.x & 1) ? s : x;       // a generic pointer: shared or global per thread
+    y[threadIdx.x] = a[(threadIdx.x + shift) & 7] + p[threadIdx.x ^ 1];
+}
+'''
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_local_arrays_and_generic_pointers_into_shared_or_global_memory(arch):
+    source = LOCAL_AND_GENERIC.replace("__device__ __noinline__ float pick(const float* p, int k) { return p[k]; }", "")
+    x = np.random.default_rng(6).standard_normal(64).astype(np.float32)
+    y = np.zeros(64, np.float32)
+    run(source, "local_generic", 1, 64, [x, y, np.int32(3)], arch=arch)
+    t = np.arange(64)
+    a = x[t] * ((t + 3) & 7).astype(np.float32)
+    p = np.where(t & 1, x[t ^ 1] + np.float32(1), x[t ^ 1])
+    assert np.array_equal(y, a + p)
+
+
+GRID_2D = r'''
+extern "C" __global__ void transpose(const double* x, double* y, int rows, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < rows && c < cols) y[(size_t)c * rows + r] = sqrt(x[(size_t)r * cols + c]) + 1.0 / 3.0;
+}
+'''
+
+
+def test_a_2d_grid_with_double_precision():
+    rows, cols = 37, 50
+    x = np.random.default_rng(7).random((rows, cols))
+    y = np.zeros((cols, rows))
+    run(GRID_2D, "transpose", ((cols + 15) // 16, (rows + 7) // 8), (16, 8), [x, y, np.int32(rows), np.int32(cols)])
+    assert np.array_equal(y, np.sqrt(x).T + 1.0 / 3.0)
+
+
+def test_scalars_are_passed_by_the_parameter_type_and_arguments_are_checked():
+    source = r'''
+extern "C" __global__ void scal(float* y, float a, double b, long long c, unsigned char d, short e)
+{
+    y[0] = a; y[1] = (float)b; y[2] = (float)c; y[3] = d; y[4] = e;
+}
+'''
+    y = np.zeros(5, np.float32)
+    run(source, "scal", 1, 1, [y, 1.5, np.float64(2.25), -(2**40), 200, np.int16(-3)])
+    assert list(y) == [1.5, 2.25, -(2**40), 200, -3]
+    with pytest.raises(ValueError, match="takes 6 arguments"):
+        launch(nvrtc.ptx(source), "scal", 1, 1, [y])
+    with pytest.raises(TypeError, match="array passed for a .f32"):
+        launch(nvrtc.ptx(source), "scal", 1, 1, [y, y, 1.0, 1, 1, 1])
+    with pytest.raises(ValueError, match="no kernel 'nope'"):
+        launch(nvrtc.ptx(source), "nope", 1, 1, [])
+
+
+# --- the lessons' reference kernels at their graded sizes -----------------------------------------------------
+
+def reference(lesson: str, answer: str, name: str) -> str:
+    from autograder.course import grading
+
+    ns = {}
+    exec(grading.reference_answers(lesson)[answer], ns)
+    return ns[name]
+
+
+@pytest.fixture(scope="module")
+def lesson06():
+    return {k: reference("06_cuda_basics", f"{k}_source", f"{k.upper()}_SRC") for k in ("scale_add", "row_sums", "matmul")}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("n", [1 << 16, 1000, 1])
+def test_lesson06_scale_add(lesson06, arch, n):
+    from autograder.lessons.lesson06 import checks
+
+    a, x, y = checks._vectors(n, 0)
+    out = np.full(n, np.nan, np.float32)
+    run(lesson06["scale_add"], "scale_add", (n + 255) // 256, 256, [np.float32(a), x, y, out, np.int32(n)], arch=arch)
+    assert np.array_equal(out, (np.float32(a) * x + y).astype(np.float32)) or np.allclose(
+        out, checks._scale_add_oracle(a, x, y), atol=1e-5, rtol=1e-5)
+    assert np.abs(out - checks._scale_add_oracle(a, x, y)).max() <= 1e-5 + 1e-5 * np.abs(y).max() * 4
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("T, D", [(64, 1024), (5, 1000), (3, 37), (2, 5000), (3, 1000)])
+def test_lesson06_row_sums(lesson06, arch, T, D):
+    from autograder.lessons.lesson06 import checks
+
+    x = checks._rows(T, D, 3)
+    out = np.full(T, np.nan, np.float32)
+    run(lesson06["row_sums"], "row_sums", T, 256, [x, out, np.int32(T), np.int32(D)], arch=arch)
+    expected = checks._row_sums_oracle(x)
+    assert np.all(np.abs(out - expected) <= checks._row_tolerance(D) + 1e-5 * np.abs(expected))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("M, K, N", [(64, 64, 64), (33, 70, 17), (1, 1, 1), (33, 20, 17)])
+def test_lesson06_matmul_tiled(lesson06, arch, M, K, N):
+    from autograder.lessons.lesson06 import checks
+
+    A, B = checks._matrices(M, K, N, 7)
+    C = np.full((M, N), np.nan, np.float32)
+    run(lesson06["matmul"], "matmul_tiled", ((N + 15) // 16, (M + 15) // 16), (16, 16),
+        [A, B, C, np.int32(M), np.int32(N), np.int32(K)], arch=arch)
+    expected = checks._matmul_oracle(A, B)
+    assert np.all(np.abs(C - expected) <= 1e-5 + 2e-7 * K + 1e-5 * np.abs(expected))
+    # the same float32 operation order as the kernel (one fma per k, k ascending): bit-equal
+    acc = np.zeros((M, N), np.float32)
+    from autograder.gpu.emulator.ops_float import fma32
+    for k in range(K):
+        acc = fma32(A[:, k:k + 1], B[k:k + 1, :], acc)
+    assert np.array_equal(C, acc)
+
+
+def rms_launch(T: int, D: int):
+    """The reference wrapper's launch (solutions/07_cupy_rmsnorm): grid and block."""
+    if D <= 1024:
+        return ((T + 7) // 8,), (32, 8)
+    return (T,), (min(1024, 32 * math.ceil(D / (32 * 32))),)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("case", [{"T": 4096, "D": 512, "seed": 0}, {"T": 64, "D": 256, "seed": 1, "scale": 0.01, "eps": 1e-2},
+                                  {"T": 37, "D": 1000, "seed": 2}, {"T": 5, "D": 4097, "seed": 3},
+                                  {"T": 4, "D": 4098, "seed": 4}, {"T": 3, "D": 1000, "seed": 8}])
+def test_lesson07_rms_norm(arch, case):
+    from autograder.checks import reference as oracle
+    from autograder.lessons.lesson07 import checks
+
+    source = reference("07_cupy_rmsnorm", "rmsnorm_source", "RMSNORM_SRC")
+    T, D = case["T"], case["D"]
+    x, w = checks._inputs(T, D, case["seed"], case.get("scale", 1.0))
+    eps = case.get("eps", 1e-6)
+    y = np.full_like(x, np.nan)
+    grid, block = rms_launch(T, D)
+    run(source, "rms_norm", grid, block, [x, w, y, np.int32(T), np.int32(D), np.float32(eps)], arch=arch)
+    expected = oracle.rms_norm(x, w, eps)
+    assert np.all(np.abs(y - expected) <= 1e-5 + 1e-5 * np.abs(expected))  # the check's tolerance
