@@ -478,3 +478,121 @@ def test_lesson07_rms_norm(arch, case):
     run(source, "rms_norm", grid, block, [x, w, y, np.int32(T), np.int32(D), np.float32(eps)], arch=arch)
     expected = oracle.rms_norm(x, w, eps)
     assert np.all(np.abs(y - expected) <= 1e-5 + 1e-5 * np.abs(expected))  # the check's tolerance
+
+
+FORMS = r'''
+extern "C" __global__ void forms(const float* a, const float* b, float* out, unsigned short* halves, int* flags,
+                                 const double* da, double* dout, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = a[i], y = b[i], r;
+    float* o = out + 16 * i;
+    asm("add.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));  o[0] = r;
+    asm("mul.sat.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));  o[1] = r;
+    asm("rsqrt.approx.f32 %0, %1;" : "=f"(r) : "f"(fabsf(x)));  o[2] = r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));  o[3] = r;
+    asm("lg2.approx.f32 %0, %1;" : "=f"(r) : "f"(fabsf(y)));  o[4] = r;
+    asm("rcp.rn.f32 %0, %1;" : "=f"(r) : "f"(y));  o[5] = r;
+    asm("div.full.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));  o[6] = r;
+    o[7] = __saturatef(x);
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));  o[8] = r;
+    o[9] = sqrtf(fabsf(y)) - copysignf(1.0f, y);
+    o[10] = fabsf(-x) + (-y);
+    o[11] = (float)(x * (double)y);
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(y));  halves[i] = h;
+    int* f = flags + 8 * i;
+    f[0] = x < y;  f[1] = !(x < y);  f[2] = x != y;  f[3] = !(x == y);  f[4] = isnan(x);  f[5] = x >= y;
+    f[6] = (int)__double2int_rz(da[i] * 1e3);  f[7] = (unsigned)__float2uint_rn(y * 1e6f);
+    double d = da[i];
+    dout[4 * i + 0] = fma(d, d, -1.0);
+    dout[4 * i + 1] = d / 3.0;
+    dout[4 * i + 2] = sqrt(fabs(d)) + (double)x;
+    dout[4 * i + 3] = (double)(long long)(d * 1e12) + (double)(unsigned long long)(fabs(d) * 1e15);
+}
+'''
+
+
+def _ulps(got, exact):
+    """Distance in float32 ulps of ``got`` from the float64 ``exact``."""
+    spacing = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    return np.abs(got.astype(np.float64) - exact) / spacing
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_ftz_sat_approximate_half_comparison_and_double_forms(arch):
+    from fractions import Fraction
+    n = 256
+    rng = np.random.default_rng(8)
+    a = (rng.standard_normal(n) * 4).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    a[:6] = [np.nan, 1e-40, -1e-40, 0.5, 2.0, -0.0]
+    b[:6] = [1.0, 1e-40, 0.0, np.nan, 1e-39, 3.0]
+    da = rng.standard_normal(n) * 10
+    out, halves, flags = np.zeros(16 * n, np.float32), np.zeros(n, np.uint16), np.zeros(8 * n, np.int32)
+    dout = np.zeros(4 * n)
+    run(FORMS, "forms", 1, 256, [a, b, out, halves, flags, da, dout, np.int32(n)], arch=arch)
+    o, f, d = out.reshape(n, 16), flags.reshape(n, 8), dout.reshape(n, 4)
+    tiny = np.float32(np.finfo(np.float32).tiny)
+    ftz = lambda v: np.where(np.abs(v) < tiny, np.float32(0) * np.sign(v), v)  # noqa: E731
+    s = ftz(ftz(a) + ftz(b))
+    assert np.array_equal(o[:, 0], s, equal_nan=True)
+    assert o[1, 0] == 0.0 and o[4, 0] == 2.0  # subnormal inputs flushed
+    m = np.clip(a * b, 0, 1)
+    assert np.array_equal(o[:, 1], np.where(np.isnan(m), 0, m))
+    ok = np.isfinite(a) & (a != 0)
+    assert _ulps(o[ok, 2], 1 / np.sqrt(np.abs(a[ok].astype(np.float64)))).max() <= 2  # the GPU's bound
+    fin = np.isfinite(a) & (np.abs(a) > 1e-30)
+    assert _ulps(o[fin, 3], np.exp2(a[fin].astype(np.float64))).max() <= 2
+    okb = np.isfinite(b) & (np.abs(b) > 1e-30)
+    assert np.abs(o[okb, 4] - np.log2(np.abs(b[okb].astype(np.float64)))).max() <= 2 ** -22 * 4
+    with np.errstate(divide="ignore", over="ignore"):
+        recip = np.float32(1) / b
+    assert np.array_equal(o[:, 5], recip, equal_nan=True)
+    assert np.array_equal(o[okb, 6], a[okb] / b[okb], equal_nan=True)  # within 2 ulp on a GPU; exact here
+    assert np.array_equal(o[:, 7], np.where(np.isnan(a), 0, np.clip(a, 0, 1)))
+    assert np.array_equal(o[:, 8], a.astype(np.float16).astype(np.float32), equal_nan=True)
+    assert np.array_equal(halves, b.astype(np.float16).view(np.uint16)[:] | np.where(np.isnan(b), halves, 0))
+    assert np.array_equal(o[:, 9], np.sqrt(np.abs(b)) - np.copysign(np.float32(1), b), equal_nan=True)
+    assert np.array_equal(o[:, 10], np.abs(a) - b, equal_nan=True)
+    assert np.array_equal(o[:, 11], (a.astype(np.float64) * b).astype(np.float32), equal_nan=True)
+    with np.errstate(invalid="ignore"):
+        assert np.array_equal(f[:, 0], a < b) and np.array_equal(f[:, 1], ~(a < b))
+        assert np.array_equal(f[:, 2], a != b) and np.array_equal(f[:, 3], ~(a == b))
+        assert np.array_equal(f[:, 4], np.isnan(a)) and np.array_equal(f[:, 5], a >= b)
+    assert f[0, 1] == 1 and f[0, 0] == 0 and f[3, 2] == 1  # NaN: unordered is true, ordered false
+    assert np.array_equal(f[:, 6], np.trunc(da * 1e3).astype(np.int32))
+    yy = (b * np.float32(1e6)).astype(np.float64)
+    assert np.array_equal(f[:, 7].view(np.uint32), np.clip(np.rint(np.nan_to_num(yy)), 0, 2**32 - 1).astype(np.uint32))
+    exact = [float(Fraction(float(v)) * Fraction(float(v)) - 1) for v in da]
+    assert np.array_equal(d[:, 0], np.array(exact))  # fma.rn.f64 rounded once
+    assert np.array_equal(d[:, 1], da / 3.0)
+    assert np.array_equal(d[:, 2], np.sqrt(np.abs(da)) + a.astype(np.float64), equal_nan=True)
+    assert np.array_equal(d[:, 3], np.trunc(da * 1e12) + np.trunc(np.abs(da) * 1e15))
+
+
+ATOMIC_SLOTS = r'''
+extern "C" __global__ void slots(int* counter, int* order, unsigned* bits)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int slot = atomicAdd(counter, 1);         // every thread gets its own slot
+    order[slot] = i;
+    atomicOr(&bits[i / 32], 1u << (i % 32));
+    __shared__ unsigned long long wide;
+    if (threadIdx.x == 0) wide = 0;
+    __syncthreads();
+    atomicAdd(&wide, 1ull << 33);
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd((unsigned long long*)(counter + 2), wide);
+}
+'''
+
+
+def test_atomics_return_distinct_old_values_in_some_order():
+    counter, order, bits = np.zeros(4, np.int32), np.full(600, -1, np.int32), np.zeros(19, np.uint32)
+    run(ATOMIC_SLOTS, "slots", 3, 200, [counter, order, bits])
+    assert counter[0] == 600 and sorted(order) == list(range(600))
+    assert list(bits[:18]) == [0xFFFFFFFF] * 18 and bits[18] == (1 << 24) - 1
+    assert counter[2:].view(np.uint64)[0] == 600 << 33

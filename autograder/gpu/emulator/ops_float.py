@@ -262,3 +262,28 @@ def build_minmax(ins, c):
     def run(m):
         d(fin(f(a(), b())), m)
     return Op(PLAIN, run)
+
+
+@opcode("copysign", family="float")
+def build_copysign(ins, c):
+    """copysign d, a, b: b's magnitude with a's sign (PTX operand order)."""
+    t = _typ(ins, c)
+    d = c.dst(ins.operands[0], t)
+    a, b = (c.src(o, t) for o in ins.operands[1:3])
+    return Op(PLAIN, lambda m: d(np.copysign(b(), a()), m))
+
+
+@opcode("testp", family="float")
+def build_testp(ins, c):
+    t = _typ(ins, c)
+    kind = ins.parts[1]
+    tiny = np.finfo(np.float32 if t == "f32" else np.float64).tiny
+    tests = {"finite": np.isfinite, "infinite": np.isinf, "number": lambda x: ~np.isnan(x), "notanumber": np.isnan,
+             "normal": lambda x: np.isfinite(x) & (np.abs(x) >= tiny),
+             "subnormal": lambda x: (x != 0) & (np.abs(x) < tiny)}
+    if kind not in tests:
+        raise Unsupported(f"testp.{kind}")
+    f = tests[kind]
+    d = c.dst(ins.operands[0], "pred")
+    a = c.src(ins.operands[1], t)
+    return Op(PLAIN, lambda m: d(f(a()), m))

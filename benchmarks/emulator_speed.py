@@ -1,0 +1,109 @@
+"""Speed of the PTX emulator (autograder.gpu.emulator) on the graded cases of lessons 06 and 07.
+
+    python benchmarks/emulator_speed.py [--arch compute_75] [--repeat 1]
+
+Every case of the lessons' checks (equivalence, tails, memory, sanitizer) is launched as the reference wrapper
+of the solution notebook launches it (grid, block, arguments), with the checks' own inputs.  Prints a table:
+kernel, case, instruction issues (steps of the emulator: one per executed group of lanes), seconds (best of
+``--repeat``, PTX made beforehand), issues per second, and whether the result is within the lesson's tolerance.
+No GPU needed.  The machine is shared, so figures are ±50 %.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autograder.checks import reference as oracle  # noqa: E402
+from autograder.course import grading  # noqa: E402
+from autograder.gpu import nvrtc  # noqa: E402
+from autograder.gpu.emulator import launch  # noqa: E402
+from autograder.lessons.lesson06 import checks as l06  # noqa: E402
+from autograder.lessons.lesson07 import checks as l07  # noqa: E402
+
+
+def source(lesson: str, answer: str, name: str) -> str:
+    ns: dict = {}
+    exec(grading.reference_answers(lesson)[answer], ns)
+    return ns[name]
+
+
+def cases06():
+    for kind in ("VISIBLE", "MEMORY_CASES", "SANITIZER_CASES"):
+        table = getattr(l06, kind)
+        for c in table["scale_add"]:
+            a, x, y = l06._vectors(c["n"], c["seed"])
+            n = c["n"]
+            out = np.empty(n, np.float32)
+            yield ("scale_add", f"n={n}", ("06_cuda_basics", "scale_add_source", "SCALE_ADD_SRC"), "scale_add",
+                   (n + 255) // 256, 256, [np.float32(a), x, y, out, np.int32(n)],
+                   lambda out=out, a=a, x=x, y=y: np.all(np.abs(out - l06._scale_add_oracle(a, x, y)) <= 1e-5 + 1e-5 * np.abs(l06._scale_add_oracle(a, x, y))))
+        for c in table["row_sums"]:
+            T, D = c["T"], c["D"]
+            x = l06._rows(T, D, c["seed"])
+            out = np.empty(T, np.float32)
+            yield ("row_sums", f"T={T}, D={D}", ("06_cuda_basics", "row_sums_source", "ROW_SUMS_SRC"), "row_sums",
+                   T, 256, [x, out, np.int32(T), np.int32(D)],
+                   lambda out=out, x=x, D=D: np.all(np.abs(out - l06._row_sums_oracle(x)) <= l06._row_tolerance(D) + 1e-5 * np.abs(l06._row_sums_oracle(x))))
+        for c in table["matmul"]:
+            M, K, N = c["M"], c["K"], c["N"]
+            A, B = l06._matrices(M, K, N, c["seed"])
+            C = np.empty((M, N), np.float32)
+            yield ("matmul_tiled", f"M={M}, K={K}, N={N}", ("06_cuda_basics", "matmul_source", "MATMUL_SRC"),
+                   "matmul_tiled", ((N + 15) // 16, (M + 15) // 16), (16, 16),
+                   [A, B, C, np.int32(M), np.int32(N), np.int32(K)],
+                   lambda C=C, A=A, B=B, K=K: np.all(np.abs(C - l06._matmul_oracle(A, B)) <= 1e-5 + 2e-7 * K + 1e-5 * np.abs(l06._matmul_oracle(A, B))))
+
+
+def cases07():
+    table = list(l07.VISIBLE) + list(l07.TAILS) + [{"T": 64, "D": 2048, "seed": 6}, {"T": 4096, "D": 1024, "seed": 7},
+                                                   {"T": 3, "D": 1000, "seed": 8}]
+    for c in table:
+        T, D = c["T"], c["D"]
+        x, w = l07._inputs(T, D, c["seed"], c.get("scale", 1.0))
+        eps = c.get("eps", 1e-6)
+        y = np.empty_like(x)
+        if D <= 1024:
+            grid, block = ((T + 7) // 8,), (32, 8)
+        else:
+            grid, block = (T,), (min(1024, 32 * math.ceil(D / (32 * 32))),)
+        yield ("rms_norm", f"T={T}, D={D}", ("07_cupy_rmsnorm", "rmsnorm_source", "RMSNORM_SRC"), "rms_norm", grid,
+               block, [x, w, y, np.int32(T), np.int32(D), np.float32(eps)],
+               lambda y=y, x=x, w=w, eps=eps: np.all(np.abs(y - oracle.rms_norm(x, w, eps)) <= 1e-5 + 1e-5 * np.abs(oracle.rms_norm(x, w, eps))))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", default="compute_75")
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args(argv)
+    ptx_cache: dict = {}
+    rows = []
+    for case in list(cases06()) + list(cases07()):
+        kernel, label, where, name, grid, block, kargs, check = case
+        if where not in ptx_cache:
+            ptx_cache[where] = nvrtc.ptx(source(*where), arch=args.arch)
+        best, result = None, None
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            result = launch(ptx_cache[where], name, grid, block, kargs)
+            dt = time.perf_counter() - t0
+            best = dt if best is None else min(best, dt)
+        rows.append((kernel, label, result.issued, best, result.issued / best, result.ok and bool(check())))
+    print(f"PTX {args.arch}; seconds: best of {args.repeat}, launch() including compilation of the PTX")
+    print(f"{'kernel':<14} {'case':<22} {'issues':>8} {'seconds':>9} {'issues/s':>10}  ok")
+    for kernel, label, issued, sec, rate, ok in rows:
+        print(f"{kernel:<14} {label:<22} {issued:>8} {sec:>9.3f} {rate:>10.0f}  {'yes' if ok else 'NO'}")
+    total = sum(r[3] for r in rows)
+    print(f"{'total':<14} {'':<22} {sum(r[2] for r in rows):>8} {total:>9.3f}")
+    return 0 if all(r[5] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
