@@ -295,3 +295,21 @@ extern "C" __global__ void vec(const float* x, float* y, int off)
     assert kinds(r) == ["misaligned"]
     r = launch(nvrtc.ptx(source), "vec", 1, 32, [x, y, np.int32(4)])
     assert r.ok and np.all(y == 4 + 7)
+
+
+def test_two_threads_writing_different_values_to_one_global_address_is_a_race():
+    source = r'''
+extern "C" __global__ void last_wins(const float* x, float* y, int same)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    y[same ? 0 : i / 2] = same ? 1.0f : x[i];   // pairs of threads share one element
+}
+'''
+    x, y = np.arange(128, dtype=np.float32), np.zeros(64, dtype=np.float32)
+    r = launch(nvrtc.ptx(source), "last_wins", 2, 64, [x, y, np.int32(0)])
+    assert kinds(r) == ["global_race"]
+    f = r.findings[0]
+    assert "аргумент № 2, байт 0" in f.message and f.thread == (0, 0, 0) and "поток (1, 0, 0) блока (0, 0, 0)" in f.message
+    # every thread writing the same value: the outcome does not depend on the order, no finding
+    r = launch(nvrtc.ptx(source), "last_wins", 2, 64, [x, y, np.int32(1)])
+    assert r.ok and y[0] == 1.0

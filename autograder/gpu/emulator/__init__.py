@@ -20,7 +20,7 @@ from .findings import Finding
 from .machine import MAX_ISSUES, Machine, Result
 from .ptx import parse
 
-__all__ = ["launch", "Unsupported", "Finding", "Result"]
+__all__ = ["launch", "forms", "Unsupported", "Finding", "Result"]
 
 
 def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0, *,
@@ -40,3 +40,28 @@ def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0
         raise ValueError(f"no kernel {kernel!r} in the PTX (found: {', '.join(kernels) or 'none'})")
     args = list(args)
     return Machine(kernels[kernel], grid, block, args, shared_bytes, max_issues=max_issues).run()
+
+
+def forms(ptx: str, kernel: str) -> dict:
+    """Every opcode form (the opcode with its modifiers, e.g. ``ld.global.nc.v4.f32``) of ``kernel``, each mapped to
+    None where the emulator implements it, else to why not.  Nothing is run."""
+    from .program import Compiler, find_builder
+
+    k = parse(ptx)[kernel]
+    args = [np.zeros(1, np.uint8) if p.type in ("u64", "b64", "s64") else
+            (bytes(p.size) if p.type == "bytes" else 0) for p in k.params]
+    machine = Machine(k, 1, 32, args)
+    compiler = Compiler(machine, k)
+    out = {}
+    for ins in k.instructions:
+        if ins.opcode in out and out[ins.opcode] is None:
+            continue
+        try:
+            builder = find_builder(ins)
+            if builder is None:
+                raise Unsupported(f"opcode {ins.mnemonic}")
+            builder(ins, compiler)
+            out[ins.opcode] = None
+        except Unsupported as e:
+            out[ins.opcode] = str(e)
+    return out

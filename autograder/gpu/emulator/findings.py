@@ -7,6 +7,7 @@ branch on.  Kinds:
 * ``global_oob`` / ``shared_oob`` / ``local_oob`` — an access outside the allocation it points into (run stops);
 * ``misaligned`` — an address not a multiple of the access size (run stops, as on the GPU);
 * ``race`` — two threads of one block touch one shared byte between two barriers, at least one writes;
+* ``global_race`` — two threads write different values to one global address without an atomic;
 * ``uninitialized_shared`` — a read of shared memory no thread wrote (the GPU holds garbage there);
 * ``divergent_barrier`` — threads of one block wait at different ``__syncthreads()``;
 * ``barrier_after_exit`` — ``__syncthreads()`` waited for by some threads while others of the block returned;

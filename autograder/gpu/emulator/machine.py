@@ -69,13 +69,14 @@ def _storage(t: str):
     return UNSIGNED[max(bits, 16)] if bits <= 64 else None
 
 
-def _granule(kernel: Kernel) -> int:
-    """The smallest access (bytes, at most 4) the kernel can make to shared memory (shared or generic space)."""
+def _granule(kernel: Kernel, space: tuple = ("shared",)) -> int:
+    """The smallest access (bytes, at most 4) the kernel can make to ``space`` (that space or generic)."""
     g = 4
+    spaces = {"param", "global", "local", "const", "shared"} - set(space)
     for ins in kernel.instructions:
         if ins.mnemonic in ("ld", "ldu", "st", "atom", "red"):
             parts = ins.parts[1:]
-            if any(p in parts for p in ("param", "global", "local", "const")):
+            if any(p in parts for p in spaces):
                 continue
             t = next((p for p in reversed(parts) if p in TYPE_BITS), None)
             if t is not None:
@@ -106,6 +107,8 @@ class Machine:
         self.registers: dict = {}
         self._atomic = False
         self.granule = _granule(kernel)
+        self.global_granule = _granule(kernel, ("global",))
+        self.global_writer = None
         self.ops = Compiler(self, kernel).compile()
 
     # --- set-up ---------------------------------------------------------------------------------
@@ -311,6 +314,9 @@ class Machine:
             self._aligned(addr, total, idx, ins)
             off = (addr - np.uint64(GLOBAL_BASE)).astype(np.int64) // size
             view = self.arena.data.view(dt)
+            if write and not self._atomic:
+                self._global_writes(idx, off * size, total, view, off, values, nvec, ins)
+                return None
         elif space == "shared":
             off = addr.astype(np.int64)
             bad = (off < 0) | (off + total > self.shared_size)
@@ -355,6 +361,52 @@ class Machine:
                 view[off + k] = values[k]
             return None
         return np.stack([view[off + k] for k in range(nvec)]) if nvec > 1 else view[off][None, :]
+
+    def _global_writes(self, idx, byte_off, total, view, off, values, nvec, ins):
+        """Store, and report write-write races: two threads writing different values to one global granule
+        without an atomic (same values are not reported: the outcome does not depend on the order)."""
+        g = self.global_granule
+        if self.global_writer is None:
+            self.global_writer = np.zeros(len(self.arena.data) // g + 1, dtype=np.int64)
+        gid = (self.chunk_start + self.slot[idx]) * self.T + self.tid[idx] + 1
+        n = max(total // g, 1)
+        first = byte_off // g
+        gran = first if n == 1 else (first[:, None] + np.arange(n)).reshape(-1)
+        gid_g = gid if n == 1 else np.repeat(gid, n)
+        W = self.global_writer[gran]
+        other = (W != 0) & (W != gid_g)
+        race_lane, other_gid = None, None
+        if other.any():
+            per_lane = other.reshape(len(idx), n).any(axis=1)
+            differs = np.zeros(len(idx), dtype=bool)
+            for k in range(nvec):
+                differs |= view[off + k] != values[k]
+            race = per_lane & differs
+            if race.any():
+                race_lane = int(np.flatnonzero(race)[0])
+                other_gid = int(W.reshape(len(idx), n)[race_lane].max())
+        for k in range(nvec):
+            view[off + k] = values[k]
+        self.global_writer[gran] = gid_g
+        if race_lane is None:
+            back = self.global_writer[gran]
+            lost = (back != gid_g).reshape(len(idx), n).any(axis=1)
+            if lost.any():
+                differs = np.zeros(len(idx), dtype=bool)
+                for k in range(nvec):
+                    differs |= view[off + k] != values[k]
+                race = lost & differs
+                if race.any():
+                    race_lane = int(np.flatnonzero(race)[0])
+                    other_gid = int(back.reshape(len(idx), n)[race_lane].max())
+        if race_lane is not None:
+            b, t = divmod(other_gid - 1, self.T)
+            gx, gy, _ = self.grid
+            other_block = (b % gx, (b // gx) % gy, b // (gx * gy))
+            address = int(byte_off[race_lane]) + GLOBAL_BASE
+            self.fault("global_race", f"гонка в глобальной памяти: поток пишет в {self.arena.where(address)} другое "
+                       f"значение, чем поток {self.thread_coords(t)} блока {other_block}, без атомарной операции; "
+                       "какое значение останется на GPU, не определено", idx[race_lane], ins)
 
     def atomic_io(self, space, idx, addr, size, ins, values=None):
         """An atomic's read (values None; returns raw bits) or write of one element per lane: bounds-checked;

@@ -68,6 +68,11 @@ class GlobalArena:
             off = start - GLOBAL_BASE
             self.data[off:off + array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
+    def where(self, address: int) -> str:
+        """Russian: which argument array and byte offset an address (inside an allocation) is."""
+        k = int(np.searchsorted(self.starts, np.uint64(address), side="right")) - 1
+        return f"аргумент № {self.positions[k] + 1}, байт {address - int(self.starts[k])}"
+
     def address_of(self, k: int) -> int:
         return int(self.starts[k])
 
