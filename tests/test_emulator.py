@@ -596,3 +596,23 @@ def test_atomics_return_distinct_old_values_in_some_order():
     assert counter[0] == 600 and sorted(order) == list(range(600))
     assert list(bits[:18]) == [0xFFFFFFFF] * 18 and bits[18] == (1 << 24) - 1
     assert counter[2:].view(np.uint64)[0] == 600 << 33
+
+
+PREDICATED_STORE = r'''
+extern "C" __global__ void tail(unsigned* y)
+{
+    // a predicated store (inline PTX) by position in the warp: the block of 48 threads is emulated as two warps,
+    // lanes 16..31 of the second do not exist and must never store (they would store past the end of y)
+    unsigned lane, warp;
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    asm("mov.u32 %0, %%warpid;" : "=r"(warp));
+    unsigned i = warp * 32 + lane;
+    asm volatile("{ .reg .pred p; setp.ge.u32 p, %1, 40; @p st.global.u32 [%0], %1; }" :: "l"(y + (i - 40)), "r"(i));
+}
+'''
+
+
+def test_a_predicated_store_in_a_partial_warp_touches_only_threads_that_exist():
+    y = np.zeros(8, np.uint32)
+    run(PREDICATED_STORE, "tail", 1, 48, [y])
+    assert list(y) == list(range(40, 48))

@@ -271,7 +271,7 @@ class Machine:
         return np.flatnonzero(m)
 
     def alive_idx(self):
-        return np.flatnonzero(~self.exited)
+        return np.flatnonzero(self.alive)
 
     # --- memory ---------------------------------------------------------------------------------
 
@@ -492,6 +492,7 @@ class Machine:
             self.special["%ctaid." + "xyz"[k]][...] = v.astype(np.uint32)
         self.exists = (self.tid < self.T) & (self.slot < n)
         self.exited = ~self.exists
+        self.alive = self.exists.copy()
         for r in self.registers.values():
             r[...] = 0
         self.wep[...] = 0
@@ -555,6 +556,7 @@ class Machine:
                     add(pc + 1, mask & ~taken, count - nt)
             elif kind == EXIT:
                 self.exited |= mask
+                self.alive &= ~mask
                 self.n_alive -= count
             elif kind == BARRIER:
                 bar_wait |= mask

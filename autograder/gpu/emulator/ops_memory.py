@@ -36,7 +36,7 @@ def _address(c, op):
     """A getter of the per-lane address of an [addr] operand, as uint64 (or int for .param)."""
     if op.kind != "addr":
         raise Unsupported(f"address {op.text}")
-    base = op.base
+    base = c._reg(op.base) if op.base is not None else None
     off = np.uint64(op.offset & 0xFFFFFFFFFFFFFFFF)
     if base is None:
         return lambda: off
@@ -60,6 +60,7 @@ def _setter_at(c, op, t):
     """set(raw_bits_of_t, idx): write loaded raw bits into the register of ``op`` at lanes ``idx``."""
     if op.kind == "sink":
         return lambda v, idx: None
+    op = c._reg(op)
     if op.kind != "reg":
         raise Unsupported(f"destination {op.text}")
     R = c.register(op.value)

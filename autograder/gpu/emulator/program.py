@@ -111,8 +111,16 @@ class Compiler:
         raw = np.array(int(value) & ((1 << bits) - 1), dtype=UNSIGNED[bits])
         return raw.view(DTYPE[typ])[()]
 
+    def _reg(self, op):
+        """Registers declared without ``%`` (inline assembly's ``.reg .pred p``) parse as symbols."""
+        if op.kind == "sym" and op.value in self.kernel.registers:
+            import dataclasses as dc
+            return dc.replace(op, kind="reg")
+        return op
+
     def src(self, op, typ: str):
         """A getter of operand ``op`` read as ``typ``: returns an array over the lanes or a NumPy scalar."""
+        op = self._reg(op)
         dt = DTYPE[typ]
         bits = TYPE_BITS[typ]
         if op.kind == "reg":
@@ -169,6 +177,7 @@ class Compiler:
 
     def dst(self, op, typ: str):
         """A setter ``set(value, mask)`` writing ``value`` (of ``typ``) into the register of ``op``."""
+        op = self._reg(op)
         if op.kind == "sink":
             return lambda v, m: None
         if op.kind != "reg" or op.value in self.m.special:
@@ -231,7 +240,7 @@ class Compiler:
                 op = builder(ins, self)
                 op.ins = ins
                 if op.kind == PLAIN and ins.guard is not None:
-                    op = Op(PLAIN, _guarded(op.fn, self.guard(ins)), ins=ins)
+                    op = Op(PLAIN, _guarded(op.fn, self.guard(ins), self.m), ins=ins)
                 elif op.kind in (EXIT, BARRIER, COLLECTIVE) and ins.guard is not None:
                     raise Unsupported("predicated control instruction")
             except Unsupported as e:
@@ -241,10 +250,10 @@ class Compiler:
         return ops
 
 
-def _guarded(fn, pred):
+def _guarded(fn, pred, machine):
     def run(m):
         p = pred()
-        fn(p if m is None else (m & p))
+        fn((p & machine.alive) if m is None else (m & p))  # never the padding lanes or exited threads
     return run
 
 
