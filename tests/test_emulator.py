@@ -616,3 +616,60 @@ def test_a_predicated_store_in_a_partial_warp_touches_only_threads_that_exist():
     y = np.zeros(8, np.uint32)
     run(PREDICATED_STORE, "tail", 1, 48, [y])
     assert list(y) == list(range(40, 48))
+
+
+WIDE_INTEGERS = r'''
+extern "C" __global__ void wide(const long long* a, const long long* b, long long* out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long x = a[i], y = b[i];
+    unsigned long long ux = x, uy = y;
+    long long* o = out + 8 * i;
+    o[0] = x / y;  o[1] = x % y;  o[2] = ux / uy;  o[3] = ux % uy;
+    o[4] = __mul64hi(x, y);  o[5] = __umul64hi(ux, uy);  o[6] = x * y + (x >> 7) - (ux >> (uy & 63));
+    o[7] = __popcll(ux) + __clzll(x);
+}
+'''
+
+
+def test_64_bit_integer_division_high_products_and_shifts():
+    n = 128
+    rng = np.random.default_rng(9)
+    a = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64)
+    b = rng.integers(-2**40, 2**40, n, dtype=np.int64)
+    a[:4], b[:4] = [7, -7, 7, -7], [2, 2, -2, -2]
+    b[b == 0] = 5
+    out = np.zeros(8 * n, np.int64)
+    run(WIDE_INTEGERS, "wide", 1, 128, [a, b, out, np.int32(n)])
+    o = out.reshape(n, 8)
+    m64 = 2**64
+    s64 = lambda v: ((v + 2**63) % m64) - 2**63  # noqa: E731
+    for i in range(n):
+        x, y = int(a[i]), int(b[i])
+        ux, uy = x % m64, y % m64
+        q = abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)
+        expected = [q, x - q * y, s64(ux // uy), s64(ux % uy), (x * y) >> 64, s64((ux * uy) >> 64),
+                    s64(x * y + (x >> 7) - (ux >> (uy & 63))), bin(ux).count("1") + (64 - ux.bit_length())]
+        assert [int(v) for v in o[i]] == expected, i
+
+
+WARP_MATCH_REDUX = r'''
+extern "C" __global__ void groups(const int* x, unsigned* same, int* sums)
+{
+    int v = x[threadIdx.x];
+    same[threadIdx.x] = __match_any_sync(0xffffffffu, v);
+    sums[threadIdx.x] = __reduce_add_sync(0xffffffffu, v) + __reduce_max_sync(0xffffffffu, (unsigned)v);
+}
+'''
+
+
+def test_match_any_and_redux_at_compute_80():
+    x = np.random.default_rng(10).integers(0, 4, 64).astype(np.int32)
+    same, sums = np.zeros(64, np.uint32), np.zeros(64, np.int32)
+    run(WARP_MATCH_REDUX, "groups", 1, 64, [x, same, sums], arch="compute_80")
+    for w in range(2):
+        xs = x[32 * w:32 * (w + 1)]
+        for lane in range(32):
+            assert same[32 * w + lane] == sum(1 << j for j in range(32) if xs[j] == xs[lane])
+        assert np.all(sums[32 * w:32 * (w + 1)] == xs.sum() + xs.max())

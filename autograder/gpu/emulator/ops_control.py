@@ -141,3 +141,67 @@ def build_activemask(ins, c):
         mask = ~machine.exited if m is None else m
         d(np.repeat(machine.warp_bits(mask), 32).astype(np.uint32), m)
     return Op(PLAIN, run)
+
+
+@opcode("redux")
+def build_redux(ins, c):
+    """redux.sync.{add,min,max}.{u32,s32} and redux.sync.{and,or,xor}.b32 over the lanes that execute."""
+    parts = ins.parts[1:]
+    if "sync" not in parts or len(parts) != 3:
+        raise Unsupported("redux form")
+    op, t = parts[1], parts[2]
+    if (op in ("add", "min", "max") and t not in ("u32", "s32")) or (op in ("and", "or", "xor") and t != "b32") \
+            or op not in ("add", "min", "max", "and", "or", "xor"):
+        raise Unsupported(f"redux.{op}.{t}")
+    machine = c.m
+    d = c.dst(ins.operands[0], t)
+    a = c.src(ins.operands[1], t)
+    mm = c.src(ins.operands[2], "b32")
+    dt = np.int64 if t == "s32" else np.uint64
+    neutral = {"add": 0, "min": np.iinfo(np.int32).max if t == "s32" else 0xFFFFFFFF,
+               "max": np.iinfo(np.int32).min if t == "s32" else 0, "and": 0xFFFFFFFF, "or": 0, "xor": 0}[op]
+    ufunc = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+             "xor": np.bitwise_xor}[op]
+
+    def run(mask):
+        v = np.asarray(a())
+        if v.ndim == 0:
+            v = np.full(machine.L, v)
+        w = np.where(mask, v.astype(dt), dt(neutral)).reshape(-1, 32)
+        r = ufunc.reduce(w, axis=1)
+        out = np.repeat(r, 32).astype(np.uint64 if t != "s32" else np.int64)
+        d(out.astype(np.int32) if t == "s32" else (out & np.uint64(0xFFFFFFFF)).astype(np.uint32), mask)
+    return Op(COLLECTIVE, run, ready=lambda part: machine.ready(part, mm()), member=mm)
+
+
+@opcode("match")
+def build_match(ins, c):
+    """match.any.sync.b32/.b64 d, a, mask (lanes holding the same value) and match.all.sync d[|p], a, mask."""
+    parts = ins.parts[1:]
+    if "sync" not in parts or parts[0] not in ("any", "all") or parts[-1] not in ("b32", "b64"):
+        raise Unsupported("match form")
+    machine = c.m
+    dst = ins.operands[0]
+    d = c.dst(dst, "b32")
+    p = c.dst(dst.pair, "pred") if dst.pair is not None else None
+    a = c.src(ins.operands[1], parts[-1])
+    mm = c.src(ins.operands[2], "b32")
+    weights = (np.uint64(1) << np.arange(32, dtype=np.uint64))
+
+    def run(mask):
+        v = np.asarray(a())
+        if v.ndim == 0:
+            v = np.full(machine.L, v)
+        vw = v.reshape(-1, 32)
+        mw = mask.reshape(-1, 32)
+        same = (vw[:, :, None] == vw[:, None, :]) & mw[:, None, :]
+        bits = (same * weights).sum(axis=2, dtype=np.uint64).reshape(-1)
+        if parts[0] == "any":
+            d(bits.astype(np.uint32), mask)
+            return
+        here = np.repeat(machine.warp_bits(mask), 32)
+        all_same = bits == here
+        d(np.where(all_same, here, np.uint64(0)).astype(np.uint32), mask)
+        if p is not None:
+            p(all_same, mask)
+    return Op(COLLECTIVE, run, ready=lambda part: machine.ready(part, mm()), member=mm)

@@ -422,6 +422,10 @@ def build_setp(ins, c):
     p = c.dst(dest, "pred")
     q = c.dst(dest.pair, "pred") if dest.pair is not None else None
     a, b = c.src(ins.operands[1], t), c.src(ins.operands[2], t)
+    if "ftz" in ins.parts and t == "f32":
+        from .rounding import ftz32
+        a0, b0 = a, b
+        a, b = (lambda: ftz32(a0())), (lambda: ftz32(b0()))
     cpred = c.src(ins.operands[3], "pred") if boolop else None
     combine = _BOOL[boolop] if boolop else None
 
