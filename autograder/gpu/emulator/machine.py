@@ -210,6 +210,12 @@ class Machine:
         sp["%lanemask_ge"] = (~((one << lid) - one) & np.uint64(0xFFFFFFFF)).astype(u32)
         self.special = sp
 
+    def update_keys(self):
+        """The shadow-memory keys of the lanes: block epoch, warp-sync count and thread (memory.py's layout)."""
+        from .memory import EPOCH_SHIFT, WEP_SHIFT
+        self.lane_ep = self.shared.epoch[self.slot] << EPOCH_SHIFT
+        self.lane_key = self.lane_ep | (self.wep << WEP_SHIFT) | (self.tid + 1)
+
     def register(self, name: str) -> np.ndarray:
         r = self.registers.get(name)
         if r is None:
@@ -304,10 +310,13 @@ class Machine:
         total = size * nvec
         dt = UNSIGNED[size * 8]
         if space == "global":
-            addr = addr.astype(np.uint64)
-            k = self.arena.locate(addr, total)
-            bad = k < 0
-            if bad.any():
+            addr = np.asarray(addr, dtype=np.uint64)
+            if not self.arena.within_one(addr, total):
+                k = self.arena.locate(addr, total)
+                bad = k < 0
+            else:
+                bad = None
+            if bad is not None and bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 self.fault("global_oob", "выход за границы глобальной памяти: "
                            + self.arena.explain(int(addr[i]), total, write), idx[i], ins, int(bad.sum()))
@@ -318,9 +327,9 @@ class Machine:
                 self._global_writes(idx, off * size, total, view, off, values, nvec, ins)
                 return None
         elif space == "shared":
-            off = addr.astype(np.int64)
-            bad = (off < 0) | (off + total > self.shared_size)
-            if bad.any():
+            off = np.asarray(addr, dtype=np.int64)
+            if off.min() < 0 or off.max() + total > self.shared_size:
+                bad = (off < 0) | (off + total > self.shared_size)
                 i = int(np.flatnonzero(bad)[0])
                 o = int(off[i])
                 if o >= self.shared_size or o < 0:
@@ -337,8 +346,8 @@ class Machine:
             if self._atomic:
                 problems = [] if write else sh.track_atomic(slot, off, total)
             else:
-                problems = (sh.track_write if write else sh.track_read)(slot, off, total, self.tid[idx],
-                                                                         self.wep[idx], ins.index)
+                problems = (sh.track_write if write else sh.track_read)(slot, off, total, self.lane_ep[idx],
+                                                                         self.lane_key[idx], ins.index)
             for p in problems:
                 self._shared_problem(p, idx, ins, write)
             off = (slot * sh.stride + off) // size
@@ -422,8 +431,9 @@ class Machine:
     def _aligned(self, addr, total, idx, ins):
         align = total if total & (total - 1) == 0 else 1
         if align > 1:
-            bad = (addr % align) != 0
-            if bad.any():
+            low = addr & addr.dtype.type(align - 1)
+            if low.any():
+                bad = low != 0
                 i = int(np.flatnonzero(bad)[0])
                 self.fault("misaligned", f"невыровненный доступ: {total} Б по адресу, не кратному {align} "
                            f"(адрес 0x{int(addr[i]):x})", idx[i], ins, int(bad.sum()))
@@ -497,6 +507,7 @@ class Machine:
             r[...] = 0
         self.wep[...] = 0
         self.shared = SharedMemory(self.B, self.shared_size, self.shared_vars, self.granule)
+        self.update_keys()
         self.local = LocalMemory(self.L, self.local_size)
         self._execute()
 
@@ -615,6 +626,7 @@ class Machine:
                            + ": барьер внутри ветвления, по которому потоки блока пошли по-разному; на GPU это "
                              "зависание или неопределённое поведение", lane, self.ops[int(bar_pc[lane])].ins)
         self.shared.epoch[per_block > 0] += 1
+        self.update_keys()
         for pc in pcs:
             sel = waiting & (bar_pc == pc)
             add(int(pc) + 1, sel, int(sel.sum()))

@@ -82,6 +82,14 @@ class GlobalArena:
             data = self.data[off:off + array.nbytes].view(array.dtype)
             array[...] = data.reshape(array.shape)
 
+    def within_one(self, addr: np.ndarray, size: int) -> bool:
+        """Whether every access of ``size`` bytes at ``addr`` lies inside one and the same allocation."""
+        if len(self.starts) == 0 or len(addr) == 0:
+            return len(addr) == 0
+        lo, hi = addr.min(), addr.max()
+        k = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        return k >= 0 and lo >= self.starts[k] and hi + np.uint64(size) <= self.ends[k]
+
     def locate(self, addr: np.ndarray, size: int) -> np.ndarray:
         """Which allocation each address falls in (-1 where the access is not wholly inside one)."""
         if len(self.starts) == 0:
@@ -165,24 +173,18 @@ class SharedMemory:
     def _byte(self, g, slot_g):
         return int((g - slot_g * self.gstride) << self.gshift)
 
-    def _keys(self, slot, tid, wep):
-        ep = self.epoch[slot] << EPOCH_SHIFT
-        return ep, ep | (wep << WEP_SHIFT) | (tid + 1)
-
-    def track_read(self, slot, off, size, tid, wep, pc):
-        """Record reads; the problems found: a list of (kind, index of the lane, other thread, other pc, byte,
-        count)."""
-        ep, key = self._keys(slot, tid, wep)
-        lane = np.arange(len(slot))
-        b, ep, key, lane = self._granules(slot, off, size, ep, key, lane)
+    def track_read(self, slot, off, size, ep, key, pc):
+        """Record reads of lanes with shadow keys ``key`` (and block epochs ``ep``, both shifted into place); the
+        problems found: a list of (kind, index of the lane, other thread, other pc, byte, count)."""
         n = max(size >> self.gshift, 1)
+        b, ep, key = self._granules(slot, off, size, ep, key)
         problems = []
         W = self.writer[b]
-        never = W == 0
-        if never.any():
+        if W.min() == 0:
+            never = W == 0
             i = int(np.flatnonzero(never)[0])
-            problems.append(("uninitialized_shared", int(lane[i]), None, None,
-                             self._byte(b[i], slot[lane[i]]), int(never.sum())))
+            problems.append(("uninitialized_shared", i // n, None, None,
+                             self._byte(b[i], slot[i // n]), int(never.sum())))
         same = W >= ep
         if same.any():
             s = np.flatnonzero(same)
@@ -194,16 +196,16 @@ class SharedMemory:
             if race.any():
                 j = int(np.flatnonzero(race)[0])
                 i = s[j]
-                problems.append(("raw", int(lane[i]), int(wt[j] - 1), int(self.writer_pc[b[i]]),
-                                 self._byte(b[i], slot[lane[i]]), int(race.sum())))
+                problems.append(("raw", int(i // n), int(wt[j] - 1), int(self.writer_pc[b[i]]),
+                                 self._byte(b[i], slot[i // n]), int(race.sum())))
         R = self.reader[b]
         sameR = R >= ep
         self.reader[b] = key
         self.reader_pc[b] = pc
         back = self.reader[b]
-        t1 = key & TID_MASK
         flag = back != key
         if sameR.any():
+            t1 = key & TID_MASK
             s = np.flatnonzero(sameR)
             Rs = R[s]
             rt = Rs & TID_MASK
@@ -211,12 +213,12 @@ class SharedMemory:
             mixed = (((rt - 1) >> 5) != ((t1[s] - 1) >> 5)) | ((Rs & MIXED) != 0)
             carry = np.where(multi, MULTI, 0) | np.where(mixed, MIXED, 0)
             if carry.any():
-                np.bitwise_or.at(self.reader, b[s], carry)  # rare enough; duplicates must all land
+                np.bitwise_or.at(self.reader, b[s], carry)  # duplicates must all land
         if flag.any():
+            t1 = key & TID_MASK
             s = np.flatnonzero(flag)
             bt = back[s] & TID_MASK
-            same_thread = bt == t1[s]
-            s = s[~same_thread]
+            s = s[bt != t1[s]]
             if len(s):
                 bt = back[s] & TID_MASK
                 self.reader[b[s]] |= MULTI
@@ -225,8 +227,8 @@ class SharedMemory:
                     self.reader[b[s[mixed2]]] |= MIXED
         return problems
 
-    def track_write(self, slot, off, size, tid, wep, pc):
-        ep, key = self._keys(slot, tid, wep)
+    def track_write(self, slot, off, size, ep, key, pc):
+        n = max(size >> self.gshift, 1)
         lane = np.arange(len(slot))
         b, ep, key, lane = self._granules(slot, off, size, ep, key, lane)
         problems = []

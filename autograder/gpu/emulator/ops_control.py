@@ -36,6 +36,7 @@ def build_bar(ins, c):
 
         def run(mask):
             machine.wep[mask] += 1
+            machine.update_keys()
         return Op(COLLECTIVE, run, ready=lambda part: machine.ready(part, mm()), member=mm)
     if set(parts) - {"sync", "cta", "aligned"} or "sync" not in parts:
         raise Unsupported("barrier form " + ".".join(parts))

@@ -114,11 +114,26 @@ def build_mul(ins, c):
 
 
 def fma32(x, y, z, mode="rn"):
-    """float32 x * y + z rounded once."""
+    """float32 x * y + z rounded once.
+
+    The product is exact in float64; the float64 sum p + z is rounded once more.  Rounding that to float32 is
+    wrong only where the float64 sum sits exactly on a float32 rounding boundary (a midpoint for RN, a float32
+    value for the directed modes) or in float32's subnormal range: there the exact residual (TwoSum) rounds it
+    to odd first."""
     p = np.asarray(x, dtype=np.float64) * np.asarray(y, dtype=np.float64)
-    s, e = rnd.two_sum(p, np.asarray(z, dtype=np.float64))
-    with np.errstate(invalid="ignore"):
-        s = np.where(np.isfinite(s), rnd.round_to_odd(s, e), p + np.asarray(z, dtype=np.float64))
+    zz = np.asarray(z, dtype=np.float64)
+    s = p + zz
+    low = np.asarray(s).view(np.int64) & 0x1FFFFFFF
+    if mode == "rn":
+        suspect = low == 0x10000000
+    else:
+        suspect = low == 0
+    suspect = suspect | (np.abs(s) < 1.2e-38)
+    if np.any(suspect):
+        s2, e = rnd.two_sum(p, zz)
+        with np.errstate(invalid="ignore"):
+            fixed = np.where(np.isfinite(s2), rnd.round_to_odd(s2, e), s)
+        s = np.where(suspect, fixed, s)
     return rnd.to_f32(s, mode)
 
 
