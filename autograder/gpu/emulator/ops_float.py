@@ -128,12 +128,14 @@ def fma32(x, y, z, mode="rn"):
         suspect = low == 0x10000000
     else:
         suspect = low == 0
-    suspect = suspect | (np.abs(s) < 1.2e-38)
+    suspect = suspect | ((np.abs(s) < 1.2e-38) & (s != 0))  # a float64 sum that is 0 is exactly 0
     if np.any(suspect):
-        s2, e = rnd.two_sum(p, zz)
+        pp, zs = np.broadcast_arrays(p, zz)
+        s = np.array(s, dtype=np.float64, copy=True)
+        sel = np.broadcast_to(suspect, s.shape)
+        s2, e = rnd.two_sum(pp[sel], zs[sel])
         with np.errstate(invalid="ignore"):
-            fixed = np.where(np.isfinite(s2), rnd.round_to_odd(s2, e), s)
-        s = np.where(suspect, fixed, s)
+            s[sel] = np.where(np.isfinite(s2), rnd.round_to_odd(s2, e), s2)
     return rnd.to_f32(s, mode)
 
 
