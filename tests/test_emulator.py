@@ -673,3 +673,48 @@ def test_match_any_and_redux_at_compute_80():
         for lane in range(32):
             assert same[32 * w + lane] == sum(1 << j for j in range(32) if xs[j] == xs[lane])
         assert np.all(sums[32 * w:32 * (w + 1)] == xs.sum() + xs.max())
+
+
+BIT_FORMS = r'''
+extern "C" __global__ void bits(const unsigned* a, const unsigned* b, unsigned* out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned x = a[i], y = b[i], r;
+    unsigned* o = out + 8 * i;
+    asm("lop3.b32 %0, %1, %2, %3, 0xE8;" : "=r"(r) : "r"(x), "r"(y), "r"(x ^ y));  o[0] = r;   // majority
+    o[1] = __funnelshift_l(x, y, i);  o[2] = __funnelshift_rc(x, y, i);
+    asm("bfind.u32 %0, %1;" : "=r"(r) : "r"(x >> (i & 31)));  o[3] = r;
+    asm("bfind.shiftamt.s32 %0, %1;" : "=r"(r) : "r"((int)x));  o[4] = r;
+    o[5] = __sad((int)x, (int)y, 7u);
+    asm("add.sat.s32 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));  o[6] = r;
+    asm("slct.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(y), "r"((int)(x ^ y)));  o[7] = r;
+}
+'''
+
+
+def test_lop3_funnel_shifts_bfind_sad_saturating_add_and_slct():
+    n = 96
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    a[0] = 0
+    out = np.zeros(8 * n, np.uint32)
+    run(BIT_FORMS, "bits", 1, 128, [a, b, out, np.int32(n)])
+    o = out.reshape(n, 8)
+    s32 = lambda v: v - 2**32 if v >= 2**31 else v  # noqa: E731
+    for i in range(n):
+        x, y = int(a[i]), int(b[i])
+        z = x ^ y
+        wide = (y << 32) | x
+        top = (x >> (i & 31)).bit_length() - 1
+        sx = s32(x)
+        msb = (~sx if sx < 0 else sx).bit_length() - 1
+        assert o[i, 0] == ((x & y) | (x & z) | (y & z)), i
+        assert o[i, 1] == ((wide << (i & 31)) >> 32) & 0xFFFFFFFF
+        assert o[i, 2] == (wide >> min(i, 32)) & 0xFFFFFFFF
+        assert o[i, 3] == (top if top >= 0 else 0xFFFFFFFF)
+        assert o[i, 4] == ((31 - msb) if msb >= 0 else 0xFFFFFFFF)
+        assert o[i, 5] == (abs(sx - s32(y)) + 7) & 0xFFFFFFFF
+        assert s32(int(o[i, 6])) == max(-2**31, min(2**31 - 1, sx + s32(y)))
+        assert o[i, 7] == (x if s32(z) >= 0 else y)

@@ -50,10 +50,19 @@ def _mul_hi(x, y, t):
 
 @opcode("add", "sub", family="int")
 def build_addsub(ins, c):
-    _check(ins, {"cc", "sat"} if False else set())
+    _check(ins, {"sat"})
     t = c.type_of(ins, _INT)
     d = c.dst(ins.operands[0], t)
     a, b = (c.src(o, t) for o in ins.operands[1:3])
+    if "sat" in ins.parts:
+        if t != "s32":
+            raise Unsupported(f"{ins.mnemonic}.sat.{t}")
+        sign = 1 if ins.mnemonic == "add" else -1
+
+        def run_sat(m):
+            r = np.asarray(a()).astype(np.int64) + sign * np.asarray(b()).astype(np.int64)
+            d(np.clip(r, -2**31, 2**31 - 1).astype(np.int32), m)
+        return Op(PLAIN, run_sat)
     if ins.mnemonic == "add":
         def run(m):
             d(np.add(a(), b(), dtype=DTYPE[t]), m)
@@ -452,4 +461,99 @@ def build_selp(ins, c):
 
     def run(m):
         d(np.where(cond(), a(), b()), m)
+    return Op(PLAIN, run)
+
+
+@opcode("lop3", family="int")
+def build_lop3(ins, c):
+    """lop3.b32 d, a, b, c, lut: any function of three inputs, bit by bit (lut bit (a << 2 | b << 1 | c))."""
+    d = c.dst(ins.operands[0], "b32")
+    a, b, z = (c.src(o, "b32") for o in ins.operands[1:4])
+    lut_op = ins.operands[4]
+    if lut_op.kind != "imm":
+        raise Unsupported("lop3 with a register table")
+    lut = lut_op.value & 0xFF
+
+    def run(m):
+        x, y, w = (np.asarray(g()).astype(np.uint32) for g in (a, b, z))
+        r = np.zeros(np.broadcast(x, y, w).shape, dtype=np.uint32)
+        for k in range(8):
+            if lut >> k & 1:
+                r |= (x if k & 4 else ~x) & (y if k & 2 else ~y) & (w if k & 1 else ~w)
+        d(r, m)
+    return Op(PLAIN, run)
+
+
+@opcode("shf", family="int")
+def build_shf(ins, c):
+    """Funnel shifts: shf.{l,r}.{wrap,clamp}.b32 d, a, b, c over the 64 bits b:a."""
+    parts = ins.parts[1:]
+    if len(parts) != 3 or parts[0] not in ("l", "r") or parts[1] not in ("wrap", "clamp") or parts[2] != "b32":
+        raise Unsupported("shf form")
+    d = c.dst(ins.operands[0], "b32")
+    a, b, n_ = (c.src(o, "u32") for o in ins.operands[1:4])
+    left, wrap = parts[0] == "l", parts[1] == "wrap"
+
+    def run(m):
+        x = (np.asarray(b()).astype(np.uint64) << np.uint64(32)) | np.asarray(a()).astype(np.uint64)
+        n = np.asarray(n_()).astype(np.uint64)
+        n = n & np.uint64(31) if wrap else np.minimum(n, np.uint64(32))
+        if left:
+            r = (x << n) >> np.uint64(32)
+        else:
+            r = x >> n
+        d((r & np.uint64(0xFFFFFFFF)).astype(np.uint32), m)
+    return Op(PLAIN, run)
+
+
+@opcode("bfind", family="int")
+def build_bfind(ins, c):
+    """bfind[.shiftamt].{u32,s32,u64,s64}: the position of the most significant non-sign bit (all ones if none)."""
+    t = c.type_of(ins, ("u32", "s32", "u64", "s64"))
+    bits = TYPE_BITS[t]
+    shiftamt = "shiftamt" in ins.parts
+    d = c.dst(ins.operands[0], "u32")
+    a = c.src(ins.operands[1], t)
+
+    def run(m):
+        x = np.asarray(a())
+        if is_signed(t):
+            x = np.where(x < 0, ~x, x)
+        u = x.astype(np.int64).view(np.uint64) if bits == 64 or is_signed(t) else x.astype(np.uint64)
+        u = u & np.uint64((1 << bits) - 1)
+        v = u.copy()
+        for sh in (1, 2, 4, 8, 16, 32):
+            v = v | (v >> np.uint64(sh))
+        pos = np.bitwise_count(v).astype(np.int64) - 1
+        if shiftamt:
+            pos = np.where(pos >= 0, bits - 1 - pos, pos)
+        d(np.where(pos < 0, np.uint32(0xFFFFFFFF), pos.astype(np.uint32)), m)
+    return Op(PLAIN, run)
+
+
+@opcode("slct")
+def build_slct(ins, c):
+    """slct.dtype.{s32,f32} d, a, b, c: a where c >= 0, else b."""
+    types = c.types_of(ins)
+    if len(types) != 2 or types[1] not in ("s32", "f32"):
+        raise Unsupported("slct form")
+    t, ct = types
+    d = c.dst(ins.operands[0], t)
+    a, b = c.src(ins.operands[1], t), c.src(ins.operands[2], t)
+    z = c.src(ins.operands[3], ct)
+    return Op(PLAIN, lambda m: d(np.where(np.asarray(z()) >= 0, a(), b()), m))
+
+
+@opcode("sad", family="int")
+def build_sad(ins, c):
+    """sad.type d, a, b, c: |a - b| + c."""
+    t = c.type_of(ins, _INT)
+    d = c.dst(ins.operands[0], t)
+    a, b, z = (c.src(o, t) for o in ins.operands[1:4])
+    dt = DTYPE[t]
+
+    def run(m):
+        x, y = np.asarray(a()), np.asarray(b())
+        diff = np.where(x > y, np.subtract(x, y, dtype=dt), np.subtract(y, x, dtype=dt))
+        d(np.add(diff, z(), dtype=dt), m)
     return Op(PLAIN, run)
