@@ -315,3 +315,59 @@ extern "C" __global__ void last_wins(const float* x, float* y, int same)
     # every thread writing the same value: the outcome does not depend on the order, no finding
     r = launch(nvrtc.ptx(source), "last_wins", 2, 64, [x, y, np.int32(1)])
     assert r.ok and y[0] == 1.0
+
+
+# --- the lessons' reference kernels with one classic bug each ----------------------------------------------------
+
+def lesson06(name: str) -> str:
+    from autograder.course import grading
+
+    ns = {}
+    exec(grading.reference_answers("06_cuda_basics")[f"{name}_source"], ns)
+    return ns[f"{name.upper()}_SRC"]
+
+
+def test_row_sums_without_the_barrier_in_its_tree_is_a_race():
+    good = lesson06("row_sums")
+    tree_barrier = "        __syncthreads();\n    }"
+    assert good.count(tree_barrier) == 1
+    bad = good.replace(tree_barrier, "    }")
+    T, D = 3, 1000
+    x = np.random.default_rng(0).standard_normal((T, D)).astype(np.float32)
+    out = np.zeros(T, np.float32)
+    r = launch(nvrtc.ptx(bad), "row_sums", T, 256, [x, out, np.int32(T), np.int32(D)])
+    assert "race" in kinds(r)
+    f = r.findings[kinds(r).index("race")]
+    assert f.line == line_of(bad, "partial[threadIdx.x] += partial[threadIdx.x + half]") and "partial" in f.message
+    assert launch(nvrtc.ptx(good), "row_sums", T, 256, [x, out, np.int32(T), np.int32(D)]).ok
+
+
+def test_matmul_without_the_second_barrier_overwrites_a_tile_still_being_read():
+    good = lesson06("matmul")
+    second = "        __syncthreads();                               // everyone is done"
+    assert second in good
+    bad = good.replace(second, "        //")
+    M, K, N = 33, 70, 17
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    C = np.zeros((M, N), np.float32)
+    grid = ((N + 15) // 16, (M + 15) // 16)
+    r = launch(nvrtc.ptx(bad), "matmul_tiled", grid, (16, 16), [A, B, C, np.int32(M), np.int32(N), np.int32(K)])
+    assert np.allclose(C, A.astype(np.float64) @ B, atol=1e-4)  # lockstep: the values are still right
+    assert kinds(r) and set(kinds(r)) == {"race"}
+    assert any("пишет в" in f.message and "читал" in f.message for f in r.findings)  # write after read
+
+
+def test_matmul_without_the_edge_guard_on_the_tile_load_reads_past_the_array():
+    good = lesson06("matmul")
+    guarded = "(row < M && ka < K) ? A[(size_t)row * K + ka] : 0.0f"
+    assert guarded in good
+    bad = good.replace(guarded, "A[(size_t)row * K + ka]")
+    M, K, N = 33, 70, 17
+    A, B = np.ones((M, K), np.float32), np.ones((K, N), np.float32)
+    C = np.zeros((M, N), np.float32)
+    r = launch(nvrtc.ptx(bad), "matmul_tiled", ((N + 15) // 16, (M + 15) // 16), (16, 16),
+               [A, B, C, np.int32(M), np.int32(N), np.int32(K)])
+    (f,) = r.findings
+    assert f.kind == "global_oob" and "аргумент № 1" in f.message and "float32[33×70]" in f.message
+    assert f.line == line_of(bad, "As[threadIdx.y][threadIdx.x] =")
