@@ -6,6 +6,31 @@ memory, divergent barriers and warp collectives, instructions it cannot emulate.
     result = launch(ptx, "row_sums", grid=(T,), block=(256,), args=[x, out, np.int32(T), np.int32(D)])
     result.ok, result.findings, result.issued
 
+Where the emulator can differ from a GPU (each is a place a later session may tighten):
+
+* Approximate instructions (ex2/lg2/rsqrt/sin/cos/tanh/sqrt.approx/rcp.approx/div.approx/div.full) are computed
+  in float64 and rounded once: a GPU is 1-2 ulp off on part of the inputs (ex2.approx.f32: 49 % exact, rsqrt
+  78 %, measured on the H200 in ../shared/EMULATOR.md), so bits differ there, values stay within the GPU's bound.
+* ``mul.f32`` followed by ``add.f32`` is run as two roundings; ptxas may contract them into one FMA (the H200 did
+  in 100 % of elements).  The lessons 06/07 PTX has no such pair; 08 step 2 and 09 have some.
+* ``fma.rn.f64`` is TwoProd + TwoSum: correctly rounded except in rare cancellations (one ulp).
+* NaN results of float arithmetic are the canonical 0x7fffffff / 0x7ff8...; NaN payloads are not propagated.
+* ``min``/``max`` of -0.0 and +0.0 order -0.0 below +0.0.
+* Integer division by zero gives all ones (quotient) and the dividend (remainder); PTX leaves it undefined.
+* Atomics on one address run in lane order (block by block, lower thread first); float atomic sums can round
+  differently from the GPU's (unspecified) order.
+* Lockstep within a chunk: a kernel whose result depends on a schedule (spin-waiting on another thread of the
+  block, inter-block communication beyond atomics) ends in a ``timeout`` or a different value, never silently.
+* Races: shared memory per granule between barriers (atomics excepted; same-warp pairs ordered only by
+  ``bar.warp.sync``, counted per lane); global memory write-write races of different values only (no read-write
+  races in global memory); an exited thread at a barrier is reported although PTX defines it (CUDA does not).
+* Uninitialised reads are tracked in shared memory only (not registers, not ``.local``); shared bytes nobody wrote
+  read as 0xFF (NaN for floats).
+* Registers declared in nested ``{ }`` scopes (inline assembly) share one flat namespace.
+* Not implemented (a clean ``unsupported`` finding): ``call`` (printf, non-inlined functions), ``.const`` and
+  module-level ``.global`` variables, textures, ``mma``, ``ldmatrix``, ``cp.async``, f16x2/bf16 arithmetic,
+  ``mul24``/``mad24``, named barriers with a thread count, ``%clock``.
+
 Modules: ``ptx`` (reading PTX), ``program`` (instructions -> closures; the opcode registry), ``ops_*`` (one
 builder per opcode family), ``rounding`` (exact float rounding), ``memory`` (global arena, shared memory with
 shadow state, local memory), ``machine`` (lanes, divergence, barriers, collectives), ``findings``.
