@@ -264,6 +264,9 @@ extern "C" __global__ void floats(const float* a, const float* b, const float* c
     o[0] = __fmaf_rn(x, y, z);  o[1] = __fmaf_rz(x, y, z);  o[2] = __fmaf_rd(x, y, z);  o[3] = __fmaf_ru(x, y, z);
     o[4] = __fdiv_rn(x, y);  o[5] = __fsqrt_rn(fabsf(x));  o[6] = __fadd_rz(x, y);  o[7] = __fmul_ru(x, y);
     o[8] = fminf(x, y);  o[9] = fmaxf(x, z);  o[10] = (float)(double)x * 0.5f;  o[11] = __int2float_rz(ints[i]);
+    float* q = out + 12 * n + 6 * i;
+    q[0] = __fdiv_rz(x, y);  q[1] = __fdiv_rd(x, y);  q[2] = __fdiv_ru(x, y);
+    q[3] = __fsqrt_rz(fabsf(x));  q[4] = __fsqrt_ru(fabsf(x));  q[5] = __frcp_rd(y);
     int* k = ints + n + 4 * i;
     k[0] = __float2int_rn(x * 1000.0f);  k[1] = __float2int_rz(x * 1000.0f);
     k[2] = __float2int_rd(x * 1000.0f);  k[3] = (int)__float2uint_ru(x * 1000.0f);
@@ -308,9 +311,10 @@ def test_float_rounding_modes_fma_division_and_conversions(arch):
     c[::3] = rng.standard_normal(len(c[::3])).astype(np.float32)
     a[0], b[0], c[0] = np.nan, 1.0, 0.0
     ints = np.concatenate([rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32), np.zeros(4 * n, np.int32)])
-    out = np.zeros(12 * n, np.float32)
+    out = np.zeros(18 * n, np.float32)
     run(FLOATS, "floats", 1, 256, [a, b, c, out, ints, np.int32(n)], arch=arch)
-    o = out.reshape(n, 12)[1:]
+    q = out[12 * n:].reshape(n, 6)[1:]
+    o = out[:12 * n].reshape(n, 12)[1:]
     a1, b1, c1 = a[1:], b[1:], c[1:]
     exact_fma = [Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)) for x, y, z in zip(a1, b1, c1)]
     for k, mode in enumerate(("rn", "rz", "rd", "ru")):
@@ -322,6 +326,16 @@ def test_float_rounding_modes_fma_division_and_conversions(arch):
     assert np.array_equal(o[:, 8], np.fmin(a1, b1)) and np.array_equal(o[:, 9], np.fmax(a1, c1))
     assert np.array_equal(o[:, 10], a1 * np.float32(0.5))
     assert np.array_equal(o[:, 11], exact_round([Fraction(int(v)) for v in ints[1:n]], "rz"))
+    quotients = [Fraction(float(x)) / Fraction(float(y)) for x, y in zip(a[1:], b[1:])]
+    for k, mode in enumerate(("rz", "rd", "ru")):
+        assert np.array_equal(q[:, k], exact_round(quotients, mode)), mode
+    assert np.array_equal(q[:, 5], exact_round([1 / Fraction(float(y)) for y in b[1:]], "rd"))
+    for k, mode in ((3, "rz"), (4, "ru")):  # sqrt: r is exact iff r * r == |x|; otherwise the neighbours
+        r = q[:, k].astype(np.float64)
+        ax = np.abs(a[1:]).astype(np.float64)
+        lo = r if mode == "rz" else np.nextafter(q[:, k], np.float32(0)).astype(np.float64)
+        hi = np.nextafter(q[:, k], np.float32(np.inf)).astype(np.float64) if mode == "rz" else r
+        assert np.all(lo * lo <= ax) and np.all(hi * hi >= ax) and np.all((lo * lo < ax) | (lo == hi) | (r * r == ax))
     assert out[8] == 1.0 and out[9] == 0.0  # fminf(NaN, 1) = 1, fmaxf(NaN, 0) = 0
     assert np.isnan(out[0])
     k = ints[n:].reshape(n, 4)[1:]

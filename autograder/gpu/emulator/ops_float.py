@@ -165,18 +165,66 @@ def build_fma(ins, c):
     return Op(PLAIN, run)
 
 
+def _directed_from_residual(r, sign, mode):
+    """float32 ``r`` (RN of the exact value) moved one ulp where the exact value lies on the other side
+    (``sign``: the sign of exact - r, computed exactly) and ``mode`` wants the other neighbour."""
+    if mode == "rn":
+        return r
+    if mode == "rz":  # a step toward zero only where r overshot the exact value in magnitude
+        wrong = ((sign < 0) & (r > 0)) | ((sign > 0) & (r < 0))
+        toward = np.float32(0)
+    elif mode == "rm":
+        wrong = sign < 0
+        toward = np.float32(-np.inf)
+    else:
+        wrong = sign > 0
+        toward = np.float32(np.inf)
+    if np.any(wrong):
+        r = np.where(wrong, np.nextafter(r, toward), r)
+    return r
+
+
+def div32(x, y, mode="rn"):
+    """float32 x / y in any rounding mode: RN through float64 (innocuous double rounding: 53 >= 2*24 + 2),
+    directed modes from the exact sign of x - r*y (r*y is exact in float64)."""
+    x = np.asarray(x, dtype=np.float32)
+    y = np.asarray(y, dtype=np.float32)
+    r = np.divide(x, y)
+    if mode == "rn":
+        return r
+    with np.errstate(all="ignore"):
+        res = x.astype(np.float64) - r.astype(np.float64) * y.astype(np.float64)
+        sign = np.sign(res) * np.sign(y.astype(np.float64))
+        sign = np.where(np.isfinite(r), sign, 0)
+    return _directed_from_residual(r, sign, mode)
+
+
+def sqrt32(x, mode="rn"):
+    x = np.asarray(x, dtype=np.float32)
+    r = np.sqrt(x)
+    if mode == "rn":
+        return r
+    with np.errstate(all="ignore"):
+        sign = np.sign(x.astype(np.float64) - r.astype(np.float64) ** 2)
+        sign = np.where(np.isfinite(r), sign, 0)
+    return _directed_from_residual(r, sign, mode)
+
+
 @opcode("div", family="float")
 def build_div(ins, c):
     mods, mode = _mods(ins, _KNOWN)
-    if mode != "rn":
-        raise Unsupported(f"div.{mode}")
     t = _typ(ins, c)
+    if mode != "rn" and t != "f32":
+        raise Unsupported(f"div.{mode}.{t}")
     d = c.dst(ins.operands[0], t)
     a, b = _inputs(t, mods, [c.src(o, t) for o in ins.operands[1:3]])
     fin = _finish(t, mods)
-
-    def run(m):
-        d(fin(np.divide(a(), b())), m)
+    if t == "f32":
+        def run(m):
+            d(fin(div32(a(), b(), mode)), m)
+    else:
+        def run(m):
+            d(fin(np.divide(a(), b())), m)
     return Op(PLAIN, run)
 
 
@@ -205,11 +253,17 @@ def _via64(fn):
 
 @opcode("rcp", family="float")
 def build_rcp(ins, c):
+    mode = next((p for p in ins.parts[1:] if p in _MODES), "rn")
+    if mode != "rn" and "f32" in ins.parts:
+        return _unary(ins, c, lambda x: div32(np.float32(1), x, mode), None, modes=(mode,))
     return _unary(ins, c, lambda x: np.float32(1) / x, lambda x: 1.0 / x)
 
 
 @opcode("sqrt", family="float")
 def build_sqrt(ins, c):
+    mode = next((p for p in ins.parts[1:] if p in _MODES), "rn")
+    if mode != "rn" and "f32" in ins.parts:
+        return _unary(ins, c, lambda x: sqrt32(x, mode), None, modes=(mode,))
     return _unary(ins, c, np.sqrt, np.sqrt)
 
 
