@@ -732,3 +732,12 @@ def test_lop3_funnel_shifts_bfind_sad_saturating_add_and_slct():
         assert o[i, 5] == (abs(sx - s32(y)) + 7) & 0xFFFFFFFF
         assert s32(int(o[i, 6])) == max(-2**31, min(2**31 - 1, sx + s32(y)))
         assert o[i, 7] == (x if s32(z) >= 0 else y)
+
+
+def test_arrays_are_copied_back_and_read_only_inputs_are_left_alone():
+    x = np.arange(1000, dtype=np.float32)
+    x.setflags(write=False)
+    y = np.zeros(1000, np.float32)[::1]
+    c = np.full(1000, -1.0, np.float32)
+    r = run(VECTOR_ADD, "vadd", 4, 256, [x, y, c, np.int32(1000)])
+    assert np.array_equal(c, x) and r.ok

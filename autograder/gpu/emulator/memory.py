@@ -77,8 +77,16 @@ class GlobalArena:
         return int(self.starts[k])
 
     def write_back(self) -> None:
-        for start, array in zip(self.starts.tolist(), self.arrays):
+        """Copy every allocation back into its array (read-only arrays are left alone: the kernel may not have
+        written them; if it did, :attr:`written_read_only` names them)."""
+        self.written_read_only = []
+        for k, (start, array) in enumerate(zip(self.starts.tolist(), self.arrays)):
             off = start - GLOBAL_BASE
+            if not array.flags.writeable:
+                before = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+                if not np.array_equal(self.data[off:off + array.nbytes], before):
+                    self.written_read_only.append(self.positions[k])
+                continue
             data = self.data[off:off + array.nbytes].view(array.dtype)
             array[...] = data.reshape(array.shape)
 
