@@ -7,7 +7,8 @@ of the solution notebook launches it (grid, block, arguments), with the checks' 
 kernel, case, instruction issues (steps of the emulator: one per executed group of lanes), seconds (best of
 ``--repeat``, PTX made beforehand; wall clock and this process's CPU time), issues per second (by CPU time),
 and whether the result is within the lesson's tolerance.  ``--lesson08`` adds lesson 08 step 1 (the
-reference ``FLASH_SRC``, one thread per query row) on its equivalence, tails, causal and large-logit cases:
+reference ``FLASH_SRC``, one thread per query row) and step 2 (``FLASH_FAST_SRC``: cp.async at compute_80)
+on their equivalence, tails, causal and large-logit cases:
 not yet wired to the emulator, measured to see how far the 2 s goal is.  No GPU needed.  The machine is
 shared (2 cores, other jobs): wall-clock figures are ±50 % or worse, CPU time is steadier.
 """
@@ -97,6 +98,15 @@ def cases08():
                64, [q, k, v, o, np.int32(n), np.float32(1 / math.sqrt(d)), np.int32(causal), np.zeros(1, np.int32)],
                lambda o=o, q=q, k=k, v=v, causal=causal, tol=tol: np.all(
                    np.abs(o - l08.oracle(q, k, v, causal)) <= tol + tol * np.abs(l08.oracle(q, k, v, causal))))
+        o2 = np.empty_like(q)
+        shared = 4 * (64 * (d + 4) + 32 * (d + 4) + 32 * d + 32 * (64 + 4))
+        yield ("flash (08.2)", f"H={H}, n={n}, d={d}{', causal' if causal else ''}",
+               ("08_cupy_flash_attention", "flash_fast_source", "FLASH_FAST_SRC"), f"flash_attention_d{d}",
+               ((n + 63) // 64, H), 128,
+               [q, k, v, o2, np.int32(n), np.float32(1 / math.sqrt(d)), np.int32(causal), np.zeros(1, np.int32)],
+               lambda o=o2, q=q, k=k, v=v, causal=causal, tol=tol: np.all(
+                   np.abs(o - l08.oracle(q, k, v, causal)) <= tol + tol * np.abs(l08.oracle(q, k, v, causal))),
+               shared)
 
 
 def main(argv=None) -> int:
@@ -108,14 +118,15 @@ def main(argv=None) -> int:
     ptx_cache: dict = {}
     rows = []
     for case in list(cases06()) + list(cases07()) + (list(cases08()) if args.lesson08 else []):
-        kernel, label, where, name, grid, block, kargs, check = case
+        kernel, label, where, name, grid, block, kargs, check = case[:8]
+        shared = case[8] if len(case) > 8 else 0
         if where not in ptx_cache:
             ptx_cache[where] = nvrtc.ptx(source(*where), arch=args.arch)
         best, cpu, result = None, None, None
         for _ in range(args.repeat):
             gc.collect()
             t0, c0 = time.perf_counter(), time.process_time()
-            result = launch(ptx_cache[where], name, grid, block, kargs)
+            result = launch(ptx_cache[where], name, grid, block, kargs, shared)
             dt, dc = time.perf_counter() - t0, time.process_time() - c0
             best = dt if best is None else min(best, dt)
             cpu = dc if cpu is None else min(cpu, dc)

@@ -741,3 +741,28 @@ def test_arrays_are_copied_back_and_read_only_inputs_are_left_alone():
     c = np.full(1000, -1.0, np.float32)
     r = run(VECTOR_ADD, "vadd", 4, 256, [x, y, c, np.int32(1000)])
     assert np.array_equal(c, x) and r.ok
+
+
+@pytest.mark.parametrize("step, arch, case", [
+    ("flash_source", "compute_75", {"H": 1, "n": 70, "d": 64, "seed": 2, "causal": True}),
+    ("flash_fast_source", "compute_80", {"H": 2, "n": 256, "d": 64, "seed": 0}),
+    ("flash_fast_source", "compute_75", {"H": 1, "n": 77, "d": 128, "seed": 4, "causal": True})])
+def test_lesson08_flash_attention_both_steps(step, arch, case):
+    """Lesson 08's reference kernels (not yet graded on the emulator): step 1 one thread per query row, step 2
+    with cp.async (compute_80) or plain loads (compute_75), launched as the solution's wrappers launch them."""
+    from autograder.lessons.lesson08 import checks as l08
+
+    name = {"flash_source": "FLASH_SRC", "flash_fast_source": "FLASH_FAST_SRC"}[step]
+    source = reference("08_cupy_flash_attention", step, name)
+    H, n, d, causal = case["H"], case["n"], case["d"], case.get("causal", False)
+    q, k, v = l08._inputs(H, n, d, case["seed"])
+    o, tiles = np.full_like(q, np.nan), np.zeros(1, np.int32)
+    args = [q, k, v, o, np.int32(n), np.float32(1 / math.sqrt(d)), np.int32(causal), tiles]
+    if step == "flash_source":
+        run(source, f"flash_attention_d{d}", ((n + 63) // 64, H), 64, args, arch=arch)
+    else:
+        shared = 4 * (64 * (d + 4) + 32 * (d + 4) + 32 * d + 32 * (64 + 4))
+        run(source, f"flash_attention_d{d}", ((n + 63) // 64, H), 128, args, shared_bytes=shared, arch=arch)
+    expected = l08.oracle(q, k, v, causal)
+    assert np.all(np.abs(o - expected) <= 1e-5 + 1e-5 * np.abs(expected))
+    assert tiles[0] > 0  # the kernel counts the K/V tiles it visited

@@ -371,3 +371,33 @@ def test_matmul_without_the_edge_guard_on_the_tile_load_reads_past_the_array():
     (f,) = r.findings
     assert f.kind == "global_oob" and "аргумент № 1" in f.message and "float32[33×70]" in f.message
     assert f.line == line_of(bad, "As[threadIdx.y][threadIdx.x] =")
+
+
+CP_ASYNC = r'''
+extern "C" __global__ void stage(const float4* x, float4* y, int zero_fill_from)
+{
+    __shared__ float4 s[32];
+    unsigned dst = (unsigned)__cvta_generic_to_shared(&s[threadIdx.x]);
+    unsigned bytes = threadIdx.x < zero_fill_from ? 16 : 0;   // src-size 0: the copy writes zeros
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(x + threadIdx.x), "r"(bytes));
+    asm volatile("cp.async.commit_group;");
+    WAIT
+    __syncthreads();
+    y[threadIdx.x] = s[31 - threadIdx.x];
+}
+'''
+
+
+def test_cp_async_lands_at_its_wait_and_a_read_before_it_is_reported():
+    x = np.arange(32 * 4, dtype=np.float32).reshape(32, 4)
+    y = np.zeros((32, 4), np.float32)
+    good = CP_ASYNC.replace("WAIT", 'asm volatile("cp.async.wait_group 0;");')
+    r = launch(nvrtc.ptx(good, arch="compute_80"), "stage", 1, 32, [x, y, np.int32(24)])
+    assert r.ok, [str(f) for f in r.findings]
+    expected = np.where(np.arange(32)[:, None] < 24, x, 0)[::-1]
+    assert np.array_equal(y, expected)
+    bad = CP_ASYNC.replace("WAIT", "")
+    r = launch(nvrtc.ptx(bad, arch="compute_80"), "stage", 1, 32, [x, y, np.int32(32)])
+    assert "cp_async_pending" in kinds(r)
+    f = r.findings[kinds(r).index("cp_async_pending")]
+    assert f.line == line_of(bad, "y[threadIdx.x] = s[31 - threadIdx.x]") and "cp.async.wait_group" in f.message

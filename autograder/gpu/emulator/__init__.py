@@ -28,7 +28,7 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
   read as 0xFF (NaN for floats).
 * Registers declared in nested ``{ }`` scopes (inline assembly) share one flat namespace.
 * Not implemented (a clean ``unsupported`` finding): ``call`` (printf, non-inlined functions), ``.const`` and
-  module-level ``.global`` variables, textures, ``mma``, ``ldmatrix``, ``cp.async``, f16x2/bf16 arithmetic,
+  module-level ``.global`` variables, textures, ``mma``, ``ldmatrix``, ``cp.async.bulk``, f16x2/bf16 arithmetic,
   ``mul24``/``mad24``, named barriers with a thread count, ``%clock``.
 
 Modules: ``ptx`` (reading PTX), ``program`` (instructions -> closures; the opcode registry), ``ops_*`` (one
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ops_control, ops_convert, ops_float, ops_integer, ops_memory  # noqa: F401  (register builders)
+from . import ops_async, ops_control, ops_convert, ops_float, ops_integer, ops_memory  # noqa: F401  (builders)
 from .errors import Unsupported
 from .findings import Finding
 from .machine import MAX_ISSUES, Machine, Result

@@ -8,6 +8,7 @@ branch on.  Kinds:
 * ``misaligned`` — an address not a multiple of the access size (run stops, as on the GPU);
 * ``race`` — two threads of one block touch one shared byte between two barriers, at least one writes;
 * ``global_race`` — two threads write different values to one global address without an atomic;
+* ``cp_async_pending`` — a read of shared bytes a ``cp.async`` has not delivered yet (no wait before it);
 * ``uninitialized_shared`` — a read of shared memory no thread wrote (the GPU holds garbage there);
 * ``divergent_barrier`` — threads of one block wait at different ``__syncthreads()``;
 * ``barrier_after_exit`` — ``__syncthreads()`` waited for by some threads while others of the block returned;

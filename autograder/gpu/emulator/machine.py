@@ -109,6 +109,7 @@ class Machine:
         self.granule = _granule(kernel)
         self.global_granule = _granule(kernel, ("global",))
         self.global_writer = None
+        self.uses_async = False
         self.ops = Compiler(self, kernel).compile()
 
     # --- set-up ---------------------------------------------------------------------------------
@@ -343,6 +344,14 @@ class Machine:
             self._aligned(off, total, idx, ins)
             slot = self.slot[idx]
             sh = self.shared
+            if self.uses_async and not write:
+                pend = sh.pending[sh._granules(slot, off, total)[0]]
+                if pend.any():
+                    i = int(np.flatnonzero(pend)[0]) // max(total >> sh.gshift, 1)
+                    self.fault("cp_async_pending", f"чтение разделяемой памяти ({self.shared_name(int(off[i]))}), "
+                               "в которую копирование cp.async ещё не доставлено: перед чтением нужны "
+                               "cp.async.wait_group (или __pipeline_wait_prior) и __syncthreads()", idx[i], ins,
+                               int(pend.astype(bool).sum()))
             if self._atomic:
                 problems = [] if write else sh.track_atomic(slot, off, total)
             else:
@@ -370,6 +379,61 @@ class Machine:
                 view[off + k] = values[k]
             return None
         return np.stack([view[off + k] for k in range(nvec)]) if nvec > 1 else view[off][None, :]
+
+    # --- asynchronous copies (ops_async) -------------------------------------------------------------
+
+    def async_issue(self, idx, dst, src, size, src_size, ins):
+        """Read the source now (bytes past ``src_size`` are zeros), check the destination, queue the copy."""
+        if src_size is None or (src_size == size).all():
+            data = self.access("global", idx, src, 1, size, ins).T.copy()
+        else:
+            data = np.zeros((len(idx), size), dtype=np.uint8)
+            for k in range(size):
+                sel = src_size > k
+                if sel.any():
+                    data[sel, k] = self.access("global", idx[sel], src[sel] + np.uint64(k), 1, 1, ins)[0]
+        if dst.min() < 0 or dst.max() + size > self.shared_size:
+            bad = (dst < 0) | (dst + size > self.shared_size)
+            i = int(np.flatnonzero(bad)[0])
+            self.fault("shared_oob", f"выход за границы разделяемой памяти: cp.async пишет {size} Б по смещению "
+                       f"{int(dst[i])} Б, а у блока {self.shared_size} Б разделяемой памяти", idx[i], ins, int(bad.sum()))
+        self._aligned(dst, size, idx, ins)
+        sh = self.shared
+        granules = sh._granules(self.slot[idx], dst, size)[0]
+        np.add.at(sh.pending, granules, 1)
+        self.async_queue.append([idx, self.async_commits[idx].copy(), dst, data, ins, granules])
+
+    def async_commit(self, idx):
+        self.async_commits[idx] += 1
+
+    def async_wait(self, idx, n, ins):
+        """Land, for lanes ``idx``, every queued copy of a commit group older than their ``n`` newest."""
+        waiting = np.zeros(self.L, dtype=bool)
+        waiting[idx] = True
+        keep = []
+        sh = self.shared
+        for entry in self.async_queue:
+            lanes, seq, dst, data, cins, granules = entry
+            land = waiting[lanes] & (seq < self.async_commits[lanes] - n)
+            if not land.any():
+                keep.append(entry)
+                continue
+            li = lanes[land]
+            size = data.shape[1]
+            per = len(granules) // len(lanes)
+            g = granules.reshape(len(lanes), per)[land].reshape(-1)
+            np.subtract.at(sh.pending, g, 1)
+            slot = self.slot[li]
+            problems = sh.track_write(slot, dst[land], size, self.lane_ep[li], self.lane_key[li], cins.index)
+            for p in problems:
+                self._shared_problem(p, li, cins, True)
+            flat = slot * sh.stride + dst[land]
+            sh.data[(flat[:, None] + np.arange(size)).reshape(-1)] = data[land].reshape(-1)
+            if not land.all():
+                rest = ~land
+                keep.append([lanes[rest], seq[rest], dst[rest], data[rest], cins,
+                             granules.reshape(len(lanes), per)[rest].reshape(-1)])
+        self.async_queue = keep
 
     def _global_writes(self, idx, byte_off, total, view, off, values, nvec, ins):
         """Store, and report write-write races: two threads writing different values to one global granule
@@ -507,6 +571,9 @@ class Machine:
             r[...] = 0
         self.wep[...] = 0
         self.shared = SharedMemory(self.B, self.shared_size, self.shared_vars, self.granule)
+        self.shared.pending = np.zeros(len(self.shared.writer), dtype=np.int32)
+        self.async_queue = []
+        self.async_commits = np.zeros(self.L, dtype=np.int64)
         self.update_keys()
         self.local = LocalMemory(self.L, self.local_size)
         self._execute()
