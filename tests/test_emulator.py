@@ -766,3 +766,27 @@ def test_lesson08_flash_attention_both_steps(step, arch, case):
     expected = l08.oracle(q, k, v, causal)
     assert np.all(np.abs(o - expected) <= 1e-5 + 1e-5 * np.abs(expected))
     assert tiles[0] > 0  # the kernel counts the K/V tiles it visited
+
+
+@pytest.mark.parametrize("arch, case, splits", [("compute_75", 3, 3), ("compute_80", 1, 2)])
+def test_lesson11_paged_decode_split_and_combine(arch, case, splits):
+    """Lesson 11's reference decode kernels (not yet graded on the emulator) on its GPU cases: the split kernel
+    over a shuffled page pool with stale slots, then the combine kernel, as paged_decode_gpu launches them."""
+    from autograder.lessons.lesson11 import checks as l11
+
+    source = reference("11_flash_decoding", "decode_source", "DECODE_SRC")
+    ptx = nvrtc.ptx(source, arch=arch)
+    q, kp, vp, table, lengths = l11._inputs_of(l11.GPU_VISIBLE[case])
+    B, Hq, d = q.shape
+    _, page_size, Hkv, _ = kp.shape
+    out = np.full((B, Hq, d), np.nan, np.float32)
+    o_part, lse = np.zeros((splits, B, Hq, d), np.float32), np.zeros((splits, B, Hq), np.float32)
+    r = launch(ptx, "paged_decode_split", (splits, Hkv, B), 128,
+               [q, kp, vp, table, lengths, o_part, lse, np.int32(B), np.int32(Hq), np.int32(Hkv), np.int32(d),
+                np.int32(page_size), np.int32(table.shape[1]), np.int32(splits), np.float32(1 / math.sqrt(d))])
+    assert r.ok, [str(f) for f in r.findings]
+    r = launch(ptx, "paged_decode_combine", (B * Hq,), (d, 4),
+               [o_part, lse, out, np.int32(splits), np.int32(B * Hq), np.int32(d)])
+    assert r.ok, [str(f) for f in r.findings]
+    expected = l11.oracle(q, kp, vp, table, lengths, splits)
+    assert np.all(np.abs(out - expected) <= 1e-5 + 1e-5 * np.abs(expected))
