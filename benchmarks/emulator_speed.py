@@ -93,14 +93,15 @@ def cases08():
         q, k, v = l08._inputs(H, n, d, c["seed"], c.get("q_scale", 1.0))
         o = np.empty_like(q)
         tol = l08.LARGE_TOLERANCE if c.get("q_scale") else 1e-5
-        yield ("flash (08.1)", f"H={H}, n={n}, d={d}{', causal' if causal else ''}",
+        label = f"H={H}, n={n}, d={d}{', causal' if causal else ''}{', q×100' if c.get('q_scale') else ''}"
+        yield ("flash (08.1)", label,
                ("08_cupy_flash_attention", "flash_source", "FLASH_SRC"), f"flash_attention_d{d}", ((n + 63) // 64, H),
                64, [q, k, v, o, np.int32(n), np.float32(1 / math.sqrt(d)), np.int32(causal), np.zeros(1, np.int32)],
                lambda o=o, q=q, k=k, v=v, causal=causal, tol=tol: np.all(
                    np.abs(o - l08.oracle(q, k, v, causal)) <= tol + tol * np.abs(l08.oracle(q, k, v, causal))))
         o2 = np.empty_like(q)
         shared = 4 * (64 * (d + 4) + 32 * (d + 4) + 32 * d + 32 * (64 + 4))
-        yield ("flash (08.2)", f"H={H}, n={n}, d={d}{', causal' if causal else ''}",
+        yield ("flash (08.2)", label,
                ("08_cupy_flash_attention", "flash_fast_source", "FLASH_FAST_SRC"), f"flash_attention_d{d}",
                ((n + 63) // 64, H), 128,
                [q, k, v, o2, np.int32(n), np.float32(1 / math.sqrt(d)), np.int32(causal), np.zeros(1, np.int32)],
