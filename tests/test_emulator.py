@@ -790,3 +790,32 @@ def test_lesson11_paged_decode_split_and_combine(arch, case, splits):
     assert r.ok, [str(f) for f in r.findings]
     expected = l11.oracle(q, kp, vp, table, lengths, splits)
     assert np.all(np.abs(out - expected) <= 1e-5 + 1e-5 * np.abs(expected))
+
+
+IDS = r'''
+extern "C" __global__ void ids(int* out)
+{
+    int block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    int thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    int i = block * blockDim.x * blockDim.y * blockDim.z + thread;
+    out[4 * i + 0] = blockIdx.x * 100 + blockIdx.y * 10 + blockIdx.z;
+    out[4 * i + 1] = threadIdx.x * 100 + threadIdx.y * 10 + threadIdx.z;
+    out[4 * i + 2] = gridDim.x * 100 + gridDim.y * 10 + gridDim.z;
+    out[4 * i + 3] = blockDim.x * 100 + blockDim.y * 10 + blockDim.z;
+}
+'''
+
+
+@pytest.mark.parametrize("lanes", [None, 64])
+def test_three_dimensional_grids_and_blocks_in_one_or_many_chunks(lanes):
+    # lanes=64: 24 threads per block padded to 32 lanes, two blocks per chunk, six chunks one after another
+    grid, block = (2, 3, 2), (4, 2, 3)
+    out = np.full(4 * 12 * 24, -1, np.int32)
+    r = launch(nvrtc.ptx(IDS), "ids", grid, block, [out], lanes=lanes) if lanes else \
+        launch(nvrtc.ptx(IDS), "ids", grid, block, [out])
+    assert r.ok
+    o = out.reshape(2, 3, 2, 3, 2, 4, 4)  # bz, by, bx, tz, ty, tx, field
+    bz, by, bx, tz, ty, tx = np.meshgrid(*(np.arange(k) for k in (2, 3, 2, 3, 2, 4)), indexing="ij")
+    assert np.array_equal(o[..., 0], bx * 100 + by * 10 + bz)
+    assert np.array_equal(o[..., 1], tx * 100 + ty * 10 + tz)
+    assert np.all(o[..., 2] == 232) and np.all(o[..., 3] == 423)

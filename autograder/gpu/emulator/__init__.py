@@ -49,12 +49,13 @@ __all__ = ["launch", "forms", "Unsupported", "Finding", "Result"]
 
 
 def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0, *,
-           max_issues: int = MAX_ISSUES) -> Result:
+           max_issues: int = MAX_ISSUES, lanes: int | None = None) -> Result:
     """Run ``kernel`` of the PTX module ``ptx`` with a grid of ``grid`` blocks of ``block`` threads.
 
     ``args`` follow the kernel's parameters: NumPy arrays are device buffers (copied in, and after the run
     copied back into the same arrays), numbers are passed as the parameter's PTX type.  ``shared_bytes`` is
-    the dynamic shared memory per block.  Constructs the emulator does not implement give a finding of kind
+    the dynamic shared memory per block; ``lanes`` caps the threads emulated at once (whole blocks; default
+    :data:`machine.LANES`).  Constructs the emulator does not implement give a finding of kind
     ``"unsupported"`` (the run stops there); :class:`Unsupported` never escapes."""
     try:
         kernels = parse(ptx)
@@ -64,7 +65,8 @@ def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0
     if kernel not in kernels:
         raise ValueError(f"no kernel {kernel!r} in the PTX (found: {', '.join(kernels) or 'none'})")
     args = list(args)
-    return Machine(kernels[kernel], grid, block, args, shared_bytes, max_issues=max_issues).run()
+    kw = {} if lanes is None else {"lanes": lanes}
+    return Machine(kernels[kernel], grid, block, args, shared_bytes, max_issues=max_issues, **kw).run()
 
 
 def forms(ptx: str, kernel: str) -> dict:
