@@ -401,3 +401,16 @@ def test_cp_async_lands_at_its_wait_and_a_read_before_it_is_reported():
     assert "cp_async_pending" in kinds(r)
     f = r.findings[kinds(r).index("cp_async_pending")]
     assert f.line == line_of(bad, "y[threadIdx.x] = s[31 - threadIdx.x]") and "cp.async.wait_group" in f.message
+
+
+@pytest.mark.parametrize("body, says", [
+    ('printf("%d\\n", threadIdx.x); y[threadIdx.x] = 1.0f;', "не умеет разбирать этот PTX"),
+    ("y[threadIdx.x] = twice(y[threadIdx.x]);", "не умеет разбирать этот PTX"),
+    ("table[threadIdx.x] = 1.0f; y[threadIdx.x] = table[31 - threadIdx.x];", "не умеет выполнять инструкцию")])
+def test_printf_calls_and_device_globals_are_clean_unsupported_findings(body, says):
+    source = ('__device__ __noinline__ float twice(float x) { return 2.0f * x; }\n__device__ float table[32];\n'
+              'extern "C" __global__ void k(float* y) { ' + body + ' }\n')
+    y = np.zeros(32, np.float32)
+    r = launch(nvrtc.ptx(source), "k", 1, 32, [y])
+    assert kinds(r) == ["unsupported"] and says in r.findings[0].message and "только на GPU" in r.findings[0].message
+    assert not y.any()
