@@ -129,7 +129,7 @@ def fma32(x, y, z, mode="rn"):
     else:
         suspect = low == 0
     suspect = suspect | ((np.abs(s) < 1.2e-38) & (s != 0))  # a float64 sum that is 0 is exactly 0
-    if np.any(suspect):
+    if suspect.any():
         pp, zs = np.broadcast_arrays(p, zz)
         s = np.array(s, dtype=np.float64, copy=True)
         sel = np.broadcast_to(suspect, s.shape)
@@ -179,7 +179,7 @@ def _directed_from_residual(r, sign, mode):
     else:
         wrong = sign > 0
         toward = np.float32(np.inf)
-    if np.any(wrong):
+    if wrong.any():
         r = np.where(wrong, np.nextafter(r, toward), r)
     return r
 
@@ -313,7 +313,7 @@ def _minmax(is_min, nan_propagates):
     def f(x, y):
         r = pick(x, y)
         zero = (x == 0) & (y == 0)
-        if np.any(zero):  # -0 is below +0
+        if zero.any():  # -0 is below +0
             sx, sy = np.signbit(x), np.signbit(y)
             neg = (sx | sy) if is_min else (sx & sy)
             r = np.where(zero, np.where(neg, -np.abs(r), np.abs(r)), r)

@@ -42,7 +42,7 @@ def two_prod(a, b):
 def round_to_odd(s, e):
     """s with its last bit set where the residual e is non-zero (s rounded to odd instead of to nearest)."""
     inexact = (e != 0) & np.isfinite(s)
-    if not np.any(inexact):
+    if not inexact.any():
         return s
     bits = np.array(s, dtype=np.float64).view(np.int64).copy()
     even = inexact & ((bits & 1) == 0)
@@ -70,7 +70,7 @@ def to_f32(x, mode: str = "rn"):
         toward = np.float32(np.inf)
     else:
         raise ValueError(mode)
-    if np.any(wrong):
+    if wrong.any():
         r = np.where(wrong, np.nextafter(r, toward), r)
     return r
 
@@ -90,7 +90,7 @@ def directed_f64(s, e, mode: str):
         toward = np.inf
     else:
         raise ValueError(mode)
-    if np.any(wrong):
+    if wrong.any():
         s = np.where(wrong, np.nextafter(s, toward), s)
     return s
 
@@ -98,14 +98,14 @@ def directed_f64(s, e, mode: str):
 def canon32(r):
     """NaN results as the GPU writes them (0x7fffffff)."""
     nan = r != r
-    if np.any(nan):
+    if nan.any():
         return np.where(nan, F32_CANON_NAN, r)
     return r
 
 
 def canon64(r):
     nan = r != r
-    if np.any(nan):
+    if nan.any():
         return np.where(nan, F64_CANON_NAN, r)
     return r
 
@@ -114,7 +114,7 @@ def ftz32(x):
     """Subnormal float32 flushed to zero of the same sign."""
     x = np.asarray(x, dtype=np.float32)
     sub = (x != 0) & (np.abs(x) < F32_MIN_NORMAL)
-    if np.any(sub):
+    if sub.any():
         return np.where(sub, np.copysign(np.float32(0), x), x)
     return x
 
@@ -122,7 +122,7 @@ def ftz32(x):
 def ftz64(x):
     x = np.asarray(x, dtype=np.float64)
     sub = (x != 0) & (np.abs(x) < F64_MIN_NORMAL)
-    if np.any(sub):
+    if sub.any():
         return np.where(sub, np.copysign(0.0, x), x)
     return x
 
@@ -131,7 +131,7 @@ def saturate(x):
     """Clamped to [0, 1], NaN to +0."""
     r = np.clip(x, 0, 1)
     nan = r != r
-    if np.any(nan):
+    if nan.any():
         r = np.where(nan, np.zeros((), dtype=r.dtype), r)
     return r
 
