@@ -819,3 +819,39 @@ def test_three_dimensional_grids_and_blocks_in_one_or_many_chunks(lanes):
     assert np.array_equal(o[..., 0], bx * 100 + by * 10 + bz)
     assert np.array_equal(o[..., 1], tx * 100 + ty * 10 + tz)
     assert np.all(o[..., 2] == 232) and np.all(o[..., 3] == 423)
+
+
+CONTRACTED = r'''
+extern "C" __global__ void pairs(const float* a, const float* b, const float* c, float* out)
+{
+    int i = threadIdx.x;
+    float p, s, t;
+    asm("mul.f32 %0, %1, %2;" : "=f"(p) : "f"(a[i]), "f"(b[i]));
+    asm("add.f32 %0, %1, %2;" : "=f"(s) : "f"(p), "f"(c[i]));       // ptxas fuses: fma(a, b, c)
+    out[i] = s;
+    asm("mul.f32 %0, %1, %2;" : "=f"(p) : "f"(a[i]), "f"(b[i]));
+    asm("sub.f32 %0, %1, %2;" : "=f"(t) : "f"(c[i]), "f"(p));       // c - a*b: fma(-a, b, c)
+    out[32 + i] = t;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(p) : "f"(a[i]), "f"(b[i]));  // .rn: never contracted
+    asm("add.f32 %0, %1, %2;" : "=f"(s) : "f"(p), "f"(c[i]));
+    out[64 + i] = s;
+}
+'''
+
+
+def test_a_mul_feeding_only_an_add_is_contracted_into_one_fma_as_ptxas_does():
+    from autograder.gpu.emulator.ops_float import fma32
+
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal(32).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    c = -(a * b) + rng.standard_normal(32).astype(np.float32) * np.float32(1e-6)  # cancellation shows the rounding
+    out = np.zeros(96, np.float32)
+    ptx = nvrtc.ptx(CONTRACTED)
+    r = launch(ptx, "pairs", 1, 32, [a, b, c, out])
+    assert r.ok
+    assert np.array_equal(out[:32], fma32(a, b, c)) and np.array_equal(out[32:64], fma32(-a, b, c))
+    assert np.array_equal(out[64:], a * b + c)
+    assert not np.array_equal(fma32(a, b, c), a * b + c)  # the inputs do tell the two apart
+    launch(ptx, "pairs", 1, 32, [a, b, c, out], contract=False)
+    assert np.array_equal(out[:32], a * b + c) and np.array_equal(out[32:64], c - a * b)

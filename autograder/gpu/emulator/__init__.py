@@ -11,8 +11,10 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
 * Approximate instructions (ex2/lg2/rsqrt/sin/cos/tanh/sqrt.approx/rcp.approx/div.approx/div.full) are computed
   in float64 and rounded once: a GPU is 1-2 ulp off on part of the inputs (ex2.approx.f32: 49 % exact, rsqrt
   78 %, measured on the H200 in ../shared/EMULATOR.md), so bits differ there, values stay within the GPU's bound.
-* ``mul.f32`` followed by ``add.f32`` is run as two roundings; ptxas may contract them into one FMA (the H200 did
-  in 100 % of elements).  The lessons 06/07 PTX has no such pair; 08 step 2 and 09 have some.
+* ``mul.f32`` whose only use is a following ``add.f32``/``sub.f32`` of the same basic block is run as one FMA, as
+  ptxas contracts it (the H200 did in 100 % of elements of the lessons' pairs); ptxas's own rule is not
+  documented, so a pair it leaves unfused (or fuses across blocks) differs by one rounding.
+  ``launch(contract=False)`` runs the PTX as written.
 * ``fma.rn.f64`` is TwoProd + TwoSum: correctly rounded except in rare cancellations (one ulp).
 * NaN results of float arithmetic are the canonical 0x7fffffff / 0x7ff8...; NaN payloads are not propagated.
 * ``min``/``max`` of -0.0 and +0.0 order -0.0 below +0.0.
@@ -49,13 +51,14 @@ __all__ = ["launch", "forms", "Unsupported", "Finding", "Result"]
 
 
 def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0, *,
-           max_issues: int = MAX_ISSUES, lanes: int | None = None) -> Result:
+           max_issues: int = MAX_ISSUES, lanes: int | None = None, contract: bool = True) -> Result:
     """Run ``kernel`` of the PTX module ``ptx`` with a grid of ``grid`` blocks of ``block`` threads.
 
     ``args`` follow the kernel's parameters: NumPy arrays are device buffers (copied in, and after the run
     copied back into the same arrays), numbers are passed as the parameter's PTX type.  ``shared_bytes`` is
     the dynamic shared memory per block; ``lanes`` caps the threads emulated at once (whole blocks; default
-    :data:`machine.LANES`).  Constructs the emulator does not implement give a finding of kind
+    :data:`machine.LANES`); ``contract`` runs a ``mul.f32`` whose only use is the next ``add.f32``/``sub.f32`` as one
+    FMA, as ptxas does (``program.contractions``).  Constructs the emulator does not implement give a finding of kind
     ``"unsupported"`` (the run stops there); :class:`Unsupported` never escapes."""
     try:
         kernels = parse(ptx)
@@ -65,7 +68,7 @@ def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0
     if kernel not in kernels:
         raise ValueError(f"no kernel {kernel!r} in the PTX (found: {', '.join(kernels) or 'none'})")
     args = list(args)
-    kw = {} if lanes is None else {"lanes": lanes}
+    kw = {"contract": contract} if lanes is None else {"lanes": lanes, "contract": contract}
     return Machine(kernels[kernel], grid, block, args, shared_bytes, max_issues=max_issues, **kw).run()
 
 

@@ -86,7 +86,8 @@ def _granule(kernel: Kernel, space: tuple = ("shared",)) -> int:
 
 class Machine:
     def __init__(self, kernel: Kernel, grid, block, args, shared_bytes: int = 0, *, max_issues: int = MAX_ISSUES,
-                 lanes: int = LANES):
+                 lanes: int = LANES, contract: bool = True):
+        self.contract = contract
         self.kernel = kernel
         self.grid, self.block = _dims(grid), _dims(block)
         self.max_issues = max_issues

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import rounding as rnd
 from .errors import Unsupported
-from .program import PLAIN, Op, opcode
+from .program import CONTRACTED, PLAIN, Op, opcode
 
 _MODES = ("rn", "rz", "rm", "rp")
 _KNOWN = {"rn", "rz", "rm", "rp", "ftz", "sat", "approx", "full", "f32", "f64"}
@@ -358,3 +358,16 @@ def build_testp(ins, c):
     d = c.dst(ins.operands[0], "pred")
     a = c.src(ins.operands[1], t)
     return Op(PLAIN, lambda m: d(f(a()), m))
+
+
+@opcode(CONTRACTED)
+def build_contracted(ins, c, a_op, b_op, c_op, negate_product, negate_c):
+    """An ``add.f32``/``sub.f32`` that ptxas fuses with the ``mul.f32`` feeding it: fma(±a, b, ±c), rounded once."""
+    d = c.dst(ins.operands[0], "f32")
+    a, b, z = (c.src(o, "f32") for o in (a_op, b_op, c_op))
+    sa = np.float32(-1) if negate_product else np.float32(1)
+    sz = np.float32(-1) if negate_c else np.float32(1)
+
+    def run(m):
+        d(rnd.canon32(fma32(sa * a(), b(), sz * z())), m)
+    return Op(PLAIN, run)
