@@ -12,9 +12,14 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
   in float64 and rounded once: a GPU is 1-2 ulp off on part of the inputs (ex2.approx.f32: 49 % exact, rsqrt
   78 %, measured on the H200 in ../shared/EMULATOR.md), so bits differ there, values stay within the GPU's bound.
 * ``mul.f32`` whose only use is a following ``add.f32``/``sub.f32`` of the same basic block is run as one FMA, as
-  ptxas contracts it (the H200 did in 100 % of elements of the lessons' pairs); ptxas's own rule is not
-  documented, so a pair it leaves unfused (or fuses across blocks) differs by one rounding.
+  ptxas contracts it (../shared/EMULATOR.md: the H200 fused such pairs in 100 % of elements); ptxas's own rule
+  is not documented, so a pair it leaves unfused (or fuses across blocks) differs by one rounding.  This NVRTC
+  (13.5) leaves no such pair in the PTX of lessons 06, 07, 08 (both steps) and 11: NVVM contracts them itself.
   ``launch(contract=False)`` runs the PTX as written.
+* cp.async reads its global source when issued, not when the copy lands (a source written in between differs).
+* Shared-memory races: ``bar.warp.sync`` orders same-warp pairs by a per-lane count of the syncs each lane took
+  part in (exact for full-mask ``__syncwarp()``, approximate for partial masks); the readers of a granule in one
+  epoch are summarised as (a reader, several readers?, several warps?, the latest warp-sync count).
 * ``fma.rn.f64`` is TwoProd + TwoSum: correctly rounded except in rare cancellations (one ulp).
 * NaN results of float arithmetic are the canonical 0x7fffffff / 0x7ff8...; NaN payloads are not propagated.
 * ``min``/``max`` of -0.0 and +0.0 order -0.0 below +0.0.
@@ -23,9 +28,9 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
   differently from the GPU's (unspecified) order.
 * Lockstep within a chunk: a kernel whose result depends on a schedule (spin-waiting on another thread of the
   block, inter-block communication beyond atomics) ends in a ``timeout`` or a different value, never silently.
-* Races: shared memory per granule between barriers (atomics excepted; same-warp pairs ordered only by
-  ``bar.warp.sync``, counted per lane); global memory write-write races of different values only (no read-write
-  races in global memory); an exited thread at a barrier is reported although PTX defines it (CUDA does not).
+* Races: shared memory per granule between barriers (atomics excepted); global memory write-write races of
+  different values only (no read-write races in global memory); an exited thread at a barrier is reported
+  although PTX defines it (CUDA does not).
 * Uninitialised reads are tracked in shared memory only (not registers, not ``.local``); shared bytes nobody wrote
   read as 0xFF (NaN for floats).
 * Registers declared in nested ``{ }`` scopes (inline assembly) share one flat namespace.
