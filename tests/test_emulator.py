@@ -855,3 +855,28 @@ def test_a_mul_feeding_only_an_add_is_contracted_into_one_fma_as_ptxas_does():
     assert not np.array_equal(fma32(a, b, c), a * b + c)  # the inputs do tell the two apart
     launch(ptx, "pairs", 1, 32, [a, b, c, out], contract=False)
     assert np.array_equal(out[:32], a * b + c) and np.array_equal(out[32:64], c - a * b)
+
+
+BF16 = r'''
+extern "C" __global__ void bf16(const float* x, unsigned short* bits, float* back)
+{
+    unsigned short h;
+    float r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x[threadIdx.x]));
+    asm("cvt.f32.bf16 %0, %1;" : "=f"(r) : "h"(h));
+    bits[threadIdx.x] = h;
+    back[threadIdx.x] = r;
+}
+'''
+
+
+def test_bf16_conversions_round_to_nearest_even_at_compute_80():
+    x = np.random.default_rng(13).standard_normal(64).astype(np.float32)
+    x[:4] = [1.0 + 2**-8, 1.0 + 3 * 2**-8, -0.0, np.inf]  # ties go to even
+    bits, back = np.zeros(64, np.uint16), np.zeros(64, np.float32)
+    run(BF16, "bf16", 1, 64, [x, bits, back], arch="compute_80")
+    u = x.view(np.uint32).astype(np.uint64)
+    expected = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    assert np.array_equal(bits, expected)
+    assert list(back[:4]) == [1.0, 1.0 + 2**-6, 0.0, np.inf] and np.signbit(back[2])
+    assert np.array_equal(back, (bits.astype(np.uint32) << 16).view(np.float32))
