@@ -880,3 +880,53 @@ def test_bf16_conversions_round_to_nearest_even_at_compute_80():
     assert np.array_equal(bits, expected)
     assert list(back[:4]) == [1.0, 1.0 + 2**-6, 0.0, np.inf] and np.signbit(back[2])
     assert np.array_equal(back, (bits.astype(np.uint32) << 16).view(np.float32))
+
+
+MORE_FORMS = r'''
+extern "C" __global__ void more(const unsigned* a, const float* f, unsigned* out, float* fout, int* total)
+{
+    int i = threadIdx.x;
+    unsigned x = a[i], r;
+    int s;
+    asm("bfe.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(i % 40), "r"(i % 13));  out[8 * i + 0] = r;
+    asm("bfe.s32 %0, %1, %2, %3;" : "=r"(s) : "r"(x), "r"(i % 40), "r"(i % 13));  out[8 * i + 1] = s;
+    asm("bfi.b32 %0, %1, %2, %3, %4;" : "=r"(r) : "r"(x), "r"(~x), "r"(i % 40), "r"(i % 13));  out[8 * i + 2] = r;
+    asm("activemask.b32 %0;" : "=r"(r));  out[8 * i + 3] = r;
+    asm("cnot.b32 %0, %1;" : "=r"(r) : "r"(x & 1));  out[8 * i + 4] = r;
+    asm("{ .reg .pred p; testp.finite.f32 p, %1; selp.u32 %0, 1, 0, p; }" : "=r"(r) : "f"(f[i]));  out[8 * i + 5] = r;
+    float y;
+    asm("sin.approx.f32 %0, %1;" : "=f"(y) : "f"(f[i]));  fout[3 * i + 0] = y;
+    asm("cos.approx.f32 %0, %1;" : "=f"(y) : "f"(f[i]));  fout[3 * i + 1] = y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(f[i]));  fout[3 * i + 2] = y;
+    asm volatile("red.global.add.s32 [%0], %1;" :: "l"(total), "r"(i));
+    if (i < 10) { asm("activemask.b32 %0;" : "=r"(r)); out[8 * i + 6] = r; }
+}
+'''
+
+
+def test_bit_fields_activemask_cnot_testp_trigonometry_and_red():
+    rng = np.random.default_rng(14)
+    a = rng.integers(0, 2**32, 48, dtype=np.uint64).astype(np.uint32)
+    f = rng.standard_normal(48).astype(np.float32)
+    f[:3] = [np.inf, np.nan, -np.inf]
+    out, fout, total = np.zeros(8 * 48, np.uint32), np.zeros(3 * 48, np.float32), np.zeros(1, np.int32)
+    run(MORE_FORMS, "more", 1, 48, [a, f, out, fout, total], arch="compute_75")
+    o = out.reshape(48, 8)
+    for i in range(48):
+        x, pos, ln = int(a[i]), i % 40, i % 13
+        field = (x >> pos) & ((1 << ln) - 1) if pos < 32 else 0
+        assert o[i, 0] == field, i
+        eff = max(0, min(ln, 32 - pos))  # PTX: bits past bit 31 and past len are the sign bit
+        sbit = (x >> min(pos + ln - 1, 31)) & 1 if ln else 0
+        sfield = ((x >> pos) & ((1 << eff) - 1) if pos < 32 else 0) | ((0xFFFFFFFF << eff) & 0xFFFFFFFF if sbit else 0)
+        assert o[i, 1] == sfield, i
+        mask = (((1 << ln) - 1) << pos) & 0xFFFFFFFF if pos < 32 else 0
+        assert o[i, 2] == ((~x & 0xFFFFFFFF) & ~mask) | ((x << pos) & mask), i
+        assert o[i, 3] == (0xFFFFFFFF if i < 32 else 0xFFFF)
+        assert o[i, 4] == (1 - (x & 1))
+        assert o[i, 5] == int(np.isfinite(f[i]))
+    assert list(o[:10, 6]) == [0x3FF] * 10  # only the ten lanes inside the if
+    fin = np.isfinite(f)
+    for k, fn in enumerate((np.sin, np.cos, np.tanh)):
+        assert np.allclose(fout.reshape(48, 3)[fin, k], fn(f[fin].astype(np.float64)), atol=2e-6)
+    assert total[0] == sum(range(48))

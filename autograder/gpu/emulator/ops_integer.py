@@ -334,12 +334,13 @@ def build_bfe(ins, c):
         mask = np.where(nn >= 64, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << np.minimum(nn, np.uint64(63)))
                         - np.uint64(1))
         r = field & mask
-        if is_signed(t):
-            top = np.minimum(p + n, np.uint64(bits)) - np.uint64(1)
-            sbit = np.where(n == 0, np.uint64(0),
-                            (x >> np.minimum(top, np.uint64(bits - 1))) & np.uint64(1))
-            ext = np.where((sbit == 1) & (nn < bits), ~mask, np.uint64(0))
-            r = r | ext
+        if is_signed(t):  # PTX: bits past the msb, and all bits past len, are the sign bit a[min(pos+len-1, msb)]
+            eff = np.minimum(nn, np.where(p_c >= bits, np.uint64(0), np.uint64(bits) - p_c))
+            emask = np.where(eff >= 64, np.uint64(0xFFFFFFFFFFFFFFFF),
+                             (np.uint64(1) << np.minimum(eff, np.uint64(63))) - np.uint64(1))
+            top = np.minimum(p + n - np.minimum(n, np.uint64(1)), np.uint64(bits - 1))
+            sbit = np.where(n == 0, np.uint64(0), (x >> top) & np.uint64(1))
+            r = (field & emask) | np.where(sbit == 1, ~emask, np.uint64(0))
         d(r.astype(UNSIGNED[bits]).view(DTYPE[t]), m)
     return Op(PLAIN, run)
 
