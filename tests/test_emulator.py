@@ -930,3 +930,34 @@ def test_bit_fields_activemask_cnot_testp_trigonometry_and_red():
     for k, fn in enumerate((np.sin, np.cos, np.tanh)):
         assert np.allclose(fout.reshape(48, 3)[fin, k], fn(f[fin].astype(np.float64)), atol=2e-6)
     assert total[0] == sum(range(48))
+
+
+NARROW_AND_PAIRS = r'''
+extern "C" __global__ void narrow(const signed char* c, const short* h, const double* d, int* out, double* dout,
+                                  unsigned char* bytes)
+{
+    int i = threadIdx.x;
+    out[4 * i + 0] = c[i] * 3;                  // ld.global.s8: sign-extended
+    out[4 * i + 1] = h[i] - 7;                  // ld.global.s16
+    out[4 * i + 2] = (unsigned char)c[i];       // zero-extended
+    out[4 * i + 3] = (int)(signed char)(c[i] * 5);  // cvt to s8: wraps
+    bytes[i] = (unsigned char)(c[i] + 100);     // st.global.u8
+    dout[i] = __shfl_xor_sync(0xffffffffu, d[i], 5) + (double)__brevll((unsigned long long)i);   // mov.b64 pack / unpack
+}
+'''
+
+
+def test_narrow_loads_and_stores_and_a_double_shuffle():
+    rng = np.random.default_rng(15)
+    c = rng.integers(-128, 128, 32).astype(np.int8)
+    h = rng.integers(-2**15, 2**15, 32).astype(np.int16)
+    d = rng.standard_normal(32)
+    out, dout, by = np.zeros(4 * 32, np.int32), np.zeros(32), np.zeros(32, np.uint8)
+    run(NARROW_AND_PAIRS, "narrow", 1, 32, [c, h, d, out, dout, by])
+    o = out.reshape(32, 4)
+    ci = c.astype(np.int64)
+    assert np.array_equal(o[:, 0], ci * 3) and np.array_equal(o[:, 1], h.astype(np.int64) - 7)
+    assert np.array_equal(o[:, 2], ci & 0xFF) and np.array_equal(o[:, 3], (ci * 5).astype(np.int8))
+    assert np.array_equal(by, ((ci + 100) & 0xFF).astype(np.uint8))
+    brev = np.array([float(int(f"{i:064b}"[::-1], 2)) for i in range(32)])
+    assert np.array_equal(dout, d[np.arange(32) ^ 5] + brev)
