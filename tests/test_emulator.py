@@ -961,3 +961,29 @@ def test_narrow_loads_and_stores_and_a_double_shuffle():
     assert np.array_equal(by, ((ci + 100) & 0xFF).astype(np.uint8))
     brev = np.array([float(int(f"{i:064b}"[::-1], 2)) for i in range(32)])
     assert np.array_equal(dout, d[np.arange(32) ^ 5] + brev)
+
+
+SUB_WARP_SHUFFLES = r'''
+extern "C" __global__ void widths(const int* x, int* out)
+{
+    int v = x[threadIdx.x];
+    out[4 * threadIdx.x + 0] = __shfl_down_sync(0xffffffffu, v, 1, 8);
+    out[4 * threadIdx.x + 1] = __shfl_up_sync(0xffffffffu, v, 2, 16);
+    out[4 * threadIdx.x + 2] = __shfl_xor_sync(0xffffffffu, v, 4, 8);
+    out[4 * threadIdx.x + 3] = __shfl_sync(0xffffffffu, v, 3, 4);
+}
+'''
+
+
+def test_shuffles_within_sub_warp_segments():
+    x = np.arange(100, 132, dtype=np.int32)
+    out = np.zeros(4 * 32, np.int32)
+    run(SUB_WARP_SHUFFLES, "widths", 1, 32, [x, out])
+    o = out.reshape(32, 4)
+    lane = np.arange(32)
+    down = np.where(lane % 8 + 1 < 8, lane + 1, lane)
+    up = np.where(lane % 16 >= 2, lane - 2, lane)
+    xor = (lane // 8) * 8 + ((lane % 8) ^ 4)
+    idx = (lane // 4) * 4 + 3
+    for k, src in enumerate((down, up, xor, idx)):
+        assert np.array_equal(o[:, k], x[src]), k
