@@ -580,6 +580,16 @@ class Machine:
         self._execute()
 
     def _execute(self):
+        """Run the chunk; a form whose builder accepts it but whose run meets a case it does not implement
+        (``Unsupported`` at run time) is the clean "unsupported" finding of that instruction, as at build time."""
+        self._op = None
+        try:
+            self._issue_all()
+        except Unsupported as e:
+            op = self._op
+            self.unsupported(op.ins, str(e), None) if op is not None else self.fault("unsupported", str(e), None, None)
+
+    def _issue_all(self):
         ops = self.ops
         groups = {0: [self.exists.copy(), int(self.exists.sum())]}
         self.n_alive = groups[0][1]
@@ -601,6 +611,7 @@ class Machine:
                 if coll_wait:
                     pc = min(coll_wait)
                     mask = coll_wait.pop(pc)
+                    self._op = ops[pc]
                     self._partial_collective(ops[pc], mask)
                     ops[pc].fn(mask)
                     add(pc + 1, mask, int(mask.sum()))
@@ -611,7 +622,7 @@ class Machine:
                 return
             pc = min(groups)
             mask, count = groups.pop(pc)
-            op = ops[pc]
+            op = self._op = ops[pc]
             self.issued += 1
             if self.issued > limit:
                 self.fault("timeout", f"ядро не завершилось за {limit} шагов эмулятора: бесконечный цикл?",
