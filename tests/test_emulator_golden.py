@@ -70,7 +70,73 @@ FORMS = {form["name"]: form for form in MANIFEST["forms"] if form["results"].get
 
 #: Forms the emulator does not emulate yet (a finding of kind "unsupported"). Keep it exact: remove a name once
 #: its form is emulated, add one only with a reason.
-EXPECTED_UNSUPPORTED: set[str] = set()
+EXPECTED_UNSUPPORTED: set[str] = {  # first run of the emulator on the golden data, 2026-12-02
+    "cvt.rm.f16.f32", "cvt.rp.f16.f32", "cvt.rz.f16.f32",
+    "abs.bf16x2", "abs.f16", "add.f16", "add.f16x2", "add.rn.f16", "add.rn.f16x2", "add.rn.ftz.f16",
+    "add.rn.sat.f16", "atom.global.add.noftz.f16x2", "cvt.rn.bf16x2.f32", "cvt.rn.f16x2.f32",
+    "cvt.rn.relu.bf16.f32", "cvt.rna.tf32.f32", "div.rm.f64", "div.rp.f64", "div.rz.f64", "ex2.approx.f16",
+    "fma.rn.bf16", "fma.rn.bf16x2", "fma.rn.f16", "fma.rn.f16x2", "fma.rn.relu.bf16x2", "fma.rn.relu.f16x2",
+    "fma.rn.sat.f16", "ldmatrix.sync.aligned.m8n8.x1.shared.b16", "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16",
+    "ldmatrix.sync.aligned.m8n8.x2.shared.b16", "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
+    "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "max.NaN.f16",
+    "max.bf16", "min.bf16x2", "min.f16x2", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+    "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "mma.sync.aligned.m16n8k8.row.col.f16.f16.f16.f16",
+    "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32", "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32",
+    "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32",
+    "mul.f16x2", "mul.rn.f16", "mul.rn.f16x2", "mul24.lo.s32", "neg.bf16x2", "neg.f16", "prmt.b32.b4e",
+    "prmt.b32.ecl", "prmt.b32.ecr", "prmt.b32.f4e", "prmt.b32.rc16", "prmt.b32.rc8", "sub.rn.f16", "vote.sync.all",
+    "vote.sync.any", "vote.sync.uni",
+}
+
+#: Forms whose emulated output differs from the H200's today, each group with what is known.  A test of one
+#: of them is expected to fail (strict: a form that starts matching must leave the set).  Shrink it.
+F64 = ("f64 family: the H200 gives -0.0 (0x8000000000000000) where the emulator gives +0.0, even for abs.f64 "
+       "of inf; the f64 micro-kernels of benchmarks/emulator_golden.py are the first suspect")
+KNOWN_MISMATCHES: dict[str, str] = {
+    "abs.f64": F64,
+    "add.f64": F64,
+    "add.rm.f64": F64,
+    "add.rn.f64": F64,
+    "add.rp.f64": F64,
+    "add.rz.f64": F64,
+    "cvt.f64.f16": F64,
+    "cvt.f64.f32": F64,
+    "cvt.ftz.f64.f32": F64,
+    "cvt.rmi.u32.f64": F64,
+    "cvt.rn.f64.s32": F64,
+    "cvt.rn.f64.s64": F64,
+    "cvt.rni.f64.f64": F64,
+    "cvt.rni.s64.f64": F64,
+    "cvt.rp.f64.u64": F64,
+    "cvt.rzi.s32.f64": F64,
+    "cvt.rzi.u64.f64": F64,
+    "div.rn.f64": F64,
+    "fma.rm.f64": F64,
+    "fma.rn.f64": F64,
+    "fma.rp.f64": F64,
+    "fma.rz.f64": F64,
+    "max.f64": F64,
+    "min.f64": F64,
+    "mul.f64": F64,
+    "mul.rm.f64": F64,
+    "mul.rn.f64": F64,
+    "mul.rp.f64": F64,
+    "mul.rz.f64": F64,
+    "neg.f64": F64,
+    "rcp.approx.ftz.f64": F64,
+    "rcp.rn.f64": F64,
+    "rsqrt.approx.f64": F64,
+    "selp.f64": F64,
+    "sqrt.rn.f64": F64,
+    "sub.rn.f64": F64,
+    "atom.global.add.f32": "subnormals: the H200 gives 0 where the emulator keeps 0x1 / 0x807fffff (atom.add.f32 flushes them)",
+    "bfe.s64": "not investigated yet: 77 of 512 differ (64-bit bit-field forms)",
+    "bfe.u64": "as bfe.s64",
+    "bfi.b64": "as bfe.s64",
+    "testp.normal.f32": "not investigated yet: elements 0 and 1 differ (the H200 says 1)",
+    "cvt.rni.u64.f32": "not investigated yet: f32 -> 64-bit integer",
+    "cvt.rzi.s64.f32": "as cvt.rni.u64.f32",
+}
 
 #: Per-form changes of the manifest's tolerance: name -> (dict merged into the tolerance, why).
 TOLERANCE_OVERRIDES: dict[str, tuple[dict, str]] = {
@@ -215,12 +281,14 @@ def mma_mismatches(form: dict, got: np.ndarray, want: np.ndarray) -> np.ndarray:
 
 # --- the tests ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(FORMS))
-def test_form_matches_the_h200(name, record_property):
+def test_form_matches_the_h200(name, record_property, request):
     """Does the emulator give this form's stored H200 outputs (bit-equal, or within the form's bound)?"""
     form = FORMS[name]
     outputs, findings = run_form(name)
     if _unsupported(findings):
         pytest.skip(f"{name}: not emulated yet (in EXPECTED_UNSUPPORTED)")
+    if name in KNOWN_MISMATCHES:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_MISMATCHES[name], strict=True))
     assert not findings, f"{name}: findings on a clean micro-kernel: {findings[:5]}"
     tol = dict(form["tolerance"]) if form["compare"] == "approx" else None
     if tol is not None and name in TOLERANCE_OVERRIDES:

@@ -1,0 +1,302 @@
+"""The memories of a launch: global (an arena of exact allocations), shared (per block, with shadow state for
+races and uninitialised reads), local (per thread) and the kernel's parameters.
+
+Every access comes in as NumPy arrays over the lanes taking part (lane numbers and addresses) and is checked
+before it touches anything; a fault is reported through the machine (:meth:`Machine.fault`), which stops the
+run for out-of-bounds and misaligned accesses.
+
+Addresses.  Generic addresses are 64-bit: global allocations live at :data:`GLOBAL_BASE` and above, each
+followed by :data:`GAP` unmapped bytes, so no access can stray from one array into its neighbour unnoticed;
+the shared window starts at :data:`SHARED_WINDOW` (``cvta.shared`` adds it), the local window at
+:data:`LOCAL_WINDOW`.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+GLOBAL_BASE = 0x7F00_0000_0000
+GAP = 64 * 1024
+ALLOC_ALIGN = 256
+SHARED_WINDOW = 0x0000_1000_0000_0000
+LOCAL_WINDOW = 0x0000_2000_0000_0000
+WINDOW_SIZE = 1 << 32
+
+# Shadow words of shared memory (one int64 per byte, for the last writer and for the readers of an epoch):
+# bits 0-17 thread number + 1 (0: nobody), 18 several readers, 19 readers from several warps,
+# 20-39 the warp-sync count of the accessing lane, 40-62 the block's barrier epoch.
+TID_MASK = (1 << 18) - 1
+MULTI = 1 << 18
+MIXED = 1 << 19
+WEP_SHIFT, WEP_MASK = 20, (1 << 20) - 1
+EPOCH_SHIFT = 40
+ATOMIC_WRITER = TID_MASK  # epoch 0: initialised, never racing
+
+_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def demangle(name: str) -> str:
+    """``_ZZ8row_sumsE7partial`` -> ``partial`` (the name of a function-local static); others unchanged."""
+    m = re.search(r"E(\d+)([A-Za-z_]\w*)$", name)
+    if m and len(m.group(2)) >= int(m.group(1)):
+        return m.group(2)[: int(m.group(1))]
+    return name
+
+
+def _describe_array(a: np.ndarray) -> str:
+    shape = "×".join(str(s) for s in a.shape) or "скаляр"
+    return f"{a.dtype}[{shape}], {a.nbytes} Б"
+
+
+class GlobalArena:
+    """The kernel's array arguments, each its own allocation; bytes outside every allocation do not exist."""
+
+    def __init__(self, arrays: list[tuple[int, np.ndarray]]):
+        self.positions, self.arrays, starts, sizes = [], [], [], []
+        address = GLOBAL_BASE + GAP
+        for position, array in arrays:
+            starts.append(address)
+            sizes.append(array.nbytes)
+            self.positions.append(position)
+            self.arrays.append(array)
+            address = -(-(address + array.nbytes) // ALLOC_ALIGN) * ALLOC_ALIGN + GAP
+        self.starts = np.array(starts, dtype=np.uint64)
+        self.ends = self.starts + np.array(sizes, dtype=np.uint64)
+        self.data = np.zeros(address - GLOBAL_BASE, dtype=np.uint8)
+        for start, array in zip(starts, self.arrays):
+            off = start - GLOBAL_BASE
+            self.data[off:off + array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+    def where(self, address: int) -> str:
+        """Russian: which argument array and byte offset an address (inside an allocation) is."""
+        k = int(np.searchsorted(self.starts, np.uint64(address), side="right")) - 1
+        return f"аргумент № {self.positions[k] + 1}, байт {address - int(self.starts[k])}"
+
+    def address_of(self, k: int) -> int:
+        return int(self.starts[k])
+
+    def write_back(self) -> None:
+        """Copy every allocation back into its array (read-only arrays are left alone: the kernel may not have
+        written them; if it did, :attr:`written_read_only` names them)."""
+        self.written_read_only = []
+        for k, (start, array) in enumerate(zip(self.starts.tolist(), self.arrays)):
+            off = start - GLOBAL_BASE
+            if not array.flags.writeable:
+                before = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+                if not np.array_equal(self.data[off:off + array.nbytes], before):
+                    self.written_read_only.append(self.positions[k])
+                continue
+            data = self.data[off:off + array.nbytes].view(array.dtype)
+            array[...] = data.reshape(array.shape)
+
+    def within_one(self, addr: np.ndarray, size: int) -> bool:
+        """Whether every access of ``size`` bytes at ``addr`` lies inside one and the same allocation."""
+        if len(self.starts) == 0 or len(addr) == 0:
+            return len(addr) == 0
+        lo, hi = addr.min(), addr.max()
+        k = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        return k >= 0 and lo >= self.starts[k] and hi + np.uint64(size) <= self.ends[k]
+
+    def locate(self, addr: np.ndarray, size: int) -> np.ndarray:
+        """Which allocation each address falls in (-1 where the access is not wholly inside one)."""
+        if len(self.starts) == 0:
+            return np.full(addr.shape, -1, dtype=np.int64)
+        k = np.searchsorted(self.starts, addr, side="right").astype(np.int64) - 1
+        kk = np.maximum(k, 0)
+        ok = (k >= 0) & (addr >= self.starts[kk]) & (addr + np.uint64(size) <= self.ends[kk])
+        return np.where(ok, k, -1)
+
+    def explain(self, address: int, size: int, write: bool) -> str:
+        """Russian: where an access of ``size`` bytes at ``address`` lands relative to the arrays."""
+        what = "запись" if write else "чтение"
+        if len(self.starts) == 0:
+            return f"{what} {size} Б по адресу 0x{address:x}: у ядра нет ни одного массива-аргумента"
+        starts, ends = self.starts.tolist(), self.ends.tolist()
+        k = int(np.searchsorted(self.starts, np.uint64(address), side="right")) - 1
+        candidates = []
+        if k >= 0:
+            candidates.append(k)
+        if k + 1 < len(starts):
+            candidates.append(k + 1)
+        best = min(candidates, key=lambda j: (address - ends[j]) if address >= starts[j] else (starts[j] - address))
+        name = f"аргумент № {self.positions[best] + 1} ({_describe_array(self.arrays[best])})"
+        rel = address - starts[best]
+        if address >= starts[best] and address < ends[best]:
+            past = address + size - ends[best]
+            return (f"{what} {size} Б по смещению {rel} Б от начала массива — {name}: доступ выходит за конец "
+                    f"массива на {past} Б")
+        if address >= ends[best]:
+            if address - ends[best] > GAP:
+                return f"{what} {size} Б по адресу 0x{address:x}: адрес не принадлежит ни одному массиву"
+            return (f"{what} {size} Б по смещению {rel} Б от начала массива — {name}: на {address - ends[best]} Б "
+                    f"за концом массива")
+        if starts[best] - address > GAP:
+            return f"{what} {size} Б по адресу 0x{address:x}: адрес не принадлежит ни одному массиву"
+        return (f"{what} {size} Б за {starts[best] - address} Б до начала массива — {name} "
+                f"(отрицательный индекс?)")
+
+
+class SharedMemory:
+    """Shared memory of the blocks of one chunk: ``size`` bytes per block, with shadow words per granule.
+
+    The granule (1, 2 or 4 bytes) is the smallest shared access the kernel's PTX can make (min over its
+    ld/st/atom of shared or generic space): two threads touching different bytes of one granule are never
+    both in it, so the granule is exact for races and uninitialised reads."""
+
+    def __init__(self, blocks: int, size: int, variables: list, granule: int = 1):
+        self.size = size
+        self.stride = max(-(-size // 16) * 16, 16)
+        self.blocks = blocks
+        self.g = granule
+        self.gshift = {1: 0, 2: 1, 4: 2}[granule]
+        self.gstride = self.stride // granule
+        # A GPU holds garbage in shared memory; reads of bytes never written are reported, the bytes are 0xFF.
+        self.data = np.full(blocks * self.stride, 0xFF, dtype=np.uint8)
+        n = blocks * self.gstride
+        self.writer = np.zeros(n, dtype=np.int64)
+        self.reader = np.zeros(n, dtype=np.int64)
+        self.writer_pc = np.zeros(n, dtype=np.int32)
+        self.reader_pc = np.zeros(n, dtype=np.int32)
+        self.epoch = np.ones(blocks, dtype=np.int64)
+        self.variables = variables  # (offset, size, name) of each shared variable
+
+    def name_of(self, offset: int) -> str:
+        for start, size, name in self.variables:
+            if start <= offset < start + max(size, 1) or (size == 0 and offset >= start):
+                return f"{demangle(name)}, байт {offset - start}"
+        return f"байт {offset}"
+
+    # --- shadow state: races between barriers and reads of bytes never written ----------------------------
+
+    def _granules(self, slot, off, size, *per_lane):
+        """Granule positions of accesses of ``size`` bytes, and each per-lane array repeated per granule."""
+        base = slot * self.gstride + (off >> self.gshift)
+        n = max(size >> self.gshift, 1)
+        if n == 1:
+            return (base, *per_lane)
+        b = (base[:, None] + np.arange(n, dtype=np.int64)).reshape(-1)
+        return (b, *(np.repeat(a, n) for a in per_lane))
+
+    def _byte(self, g, slot_g):
+        return int((g - slot_g * self.gstride) << self.gshift)
+
+    def track_read(self, slot, off, size, ep, key, pc):
+        """Record reads of lanes with shadow keys ``key`` (and block epochs ``ep``, both shifted into place); the
+        problems found: a list of (kind, index of the lane, other thread, other pc, byte, count)."""
+        n = max(size >> self.gshift, 1)
+        b, ep, key = self._granules(slot, off, size, ep, key)
+        problems = []
+        W = self.writer[b]
+        if W.min() == 0:
+            never = W == 0
+            i = int(np.flatnonzero(never)[0])
+            problems.append(("uninitialized_shared", i // n, None, None,
+                             self._byte(b[i], slot[i // n]), int(never.sum())))
+        same = W >= ep
+        if same.any():
+            s = np.flatnonzero(same)
+            Ws, ks = W[s], key[s]
+            wt, t1 = Ws & TID_MASK, ks & TID_MASK
+            ordered = (((wt - 1) >> 5) == ((t1 - 1) >> 5)) & (((ks >> WEP_SHIFT) & WEP_MASK) >
+                                                               ((Ws >> WEP_SHIFT) & WEP_MASK))
+            race = (wt != t1) & ~ordered
+            if race.any():
+                j = int(np.flatnonzero(race)[0])
+                i = s[j]
+                problems.append(("raw", int(i // n), int(wt[j] - 1), int(self.writer_pc[b[i]]),
+                                 self._byte(b[i], slot[i // n]), int(race.sum())))
+        R = self.reader[b]
+        sameR = R >= ep
+        self.reader[b] = key
+        self.reader_pc[b] = pc
+        back = self.reader[b]
+        flag = back != key
+        if sameR.any():
+            t1 = key & TID_MASK
+            s = np.flatnonzero(sameR)
+            Rs = R[s]
+            rt = Rs & TID_MASK
+            multi = (rt != t1[s]) | ((Rs & MULTI) != 0)
+            mixed = (((rt - 1) >> 5) != ((t1[s] - 1) >> 5)) | ((Rs & MIXED) != 0)
+            carry = np.where(multi, MULTI, 0) | np.where(mixed, MIXED, 0)
+            if carry.any():
+                np.bitwise_or.at(self.reader, b[s], carry)  # duplicates must all land
+        if flag.any():
+            t1 = key & TID_MASK
+            s = np.flatnonzero(flag)
+            bt = back[s] & TID_MASK
+            s = s[bt != t1[s]]
+            if len(s):
+                bt = back[s] & TID_MASK
+                self.reader[b[s]] |= MULTI
+                mixed2 = ((bt - 1) >> 5) != ((t1[s] - 1) >> 5)
+                if mixed2.any():
+                    self.reader[b[s[mixed2]]] |= MIXED
+        return problems
+
+    def track_write(self, slot, off, size, ep, key, pc):
+        n = max(size >> self.gshift, 1)
+        lane = np.arange(len(slot))
+        b, ep, key, lane = self._granules(slot, off, size, ep, key, lane)
+        problems = []
+        t1 = key & TID_MASK
+        kw = (key >> WEP_SHIFT) & WEP_MASK
+        W = self.writer[b]
+        same = W >= ep
+        if same.any():
+            s = np.flatnonzero(same)
+            wt = W[s] & TID_MASK
+            ordered = (((wt - 1) >> 5) == ((t1[s] - 1) >> 5)) & (kw[s] > ((W[s] >> WEP_SHIFT) & WEP_MASK))
+            waw = (wt != t1[s]) & ~ordered
+            if waw.any():
+                j = int(np.flatnonzero(waw)[0])
+                i = s[j]
+                problems.append(("waw", int(lane[i]), int(wt[j] - 1), int(self.writer_pc[b[i]]),
+                                 self._byte(b[i], slot[lane[i]]), int(waw.sum())))
+        R = self.reader[b]
+        sameR = R >= ep
+        if sameR.any():
+            s = np.flatnonzero(sameR)
+            Rs = R[s]
+            rt = Rs & TID_MASK
+            ordered = ((Rs & MIXED) == 0) & (((rt - 1) >> 5) == ((t1[s] - 1) >> 5)) & (
+                kw[s] > ((Rs >> WEP_SHIFT) & WEP_MASK))
+            war = ((rt != t1[s]) | ((Rs & MULTI) != 0)) & ~ordered
+            if war.any():
+                j = int(np.flatnonzero(war)[0])
+                i = s[j]
+                other = int(rt[j] - 1) if rt[j] != t1[i] else None
+                problems.append(("war", int(lane[i]), other, int(self.reader_pc[b[i]]),
+                                 self._byte(b[i], slot[lane[i]]), int(war.sum())))
+        self.writer[b] = key
+        self.writer_pc[b] = pc
+        back = self.writer[b]
+        dup = (back & TID_MASK) != t1
+        if dup.any():
+            i = int(np.flatnonzero(dup)[0])
+            problems.append(("waw", int(lane[i]), int((back[i] & TID_MASK) - 1), pc,
+                             self._byte(b[i], slot[lane[i]]), int(dup.sum())))
+        return problems
+
+    def track_atomic(self, slot, off, size):
+        """Atomics take no part in races; they read (uninitialised bytes are reported) and initialise."""
+        lane = np.arange(len(slot))
+        b, lane = self._granules(slot, off, size, lane)
+        problems = []
+        never = self.writer[b] == 0
+        if never.any():
+            i = int(np.flatnonzero(never)[0])
+            problems.append(("uninitialized_shared", int(lane[i]), None, None, self._byte(b[i], slot[lane[i]]),
+                             int(never.sum())))
+        self.writer[b[never]] = ATOMIC_WRITER
+        return problems
+
+
+class LocalMemory:
+    """``.local`` memory: ``size`` bytes per lane (per thread)."""
+
+    def __init__(self, lanes: int, size: int):
+        self.size = size
+        self.stride = max(-(-size // 16) * 16, 16)
+        self.data = np.zeros(lanes * self.stride, dtype=np.uint8)

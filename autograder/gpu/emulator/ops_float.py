@@ -1,0 +1,373 @@
+"""Floating-point arithmetic: add sub mul fma mad div rcp sqrt rsqrt ex2 lg2 sin cos tanh min max neg abs
+(f32 and f64; .rn .rz .rm .rp, .ftz, .sat).
+
+Exact where PTX is exact: add/sub/mul/div.rn/sqrt.rn/rcp.rn through NumPy (IEEE), fma.rn.f32 rounded once
+(exact float64 product, TwoSum, round to odd, then to float32).  Directed modes of add/sub/mul/fma f32 are
+exact too.  Approximations (ex2, lg2, rsqrt, sin, cos, tanh, div.approx, div.full, rcp.approx, sqrt.approx) are
+computed in float64 and rounded once: a GPU is within its documented ulps of these, not bit-equal.
+fma.rn.f64 is TwoProd + TwoSum (can be one ulp off in rare cancellations).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import rounding as rnd
+from .errors import Unsupported
+from .program import CONTRACTED, PLAIN, Op, opcode
+
+_MODES = ("rn", "rz", "rm", "rp")
+_KNOWN = {"rn", "rz", "rm", "rp", "ftz", "sat", "approx", "full", "f32", "f64"}
+
+
+def _mods(ins, allowed):
+    mods = set(ins.parts[1:])
+    unknown = mods - allowed
+    if unknown:
+        raise Unsupported("modifier " + ", ".join("." + u for u in sorted(unknown)))
+    mode = next((p for p in ins.parts[1:] if p in _MODES), "rn")
+    return mods, mode
+
+
+def _typ(ins, c):
+    t = c.type_of(ins, ("f32", "f64"))
+    return t
+
+
+def _finish(t, mods):
+    """Post-processing of a result: flush, saturate, canonical NaN."""
+    steps = []
+    if "ftz" in mods and t == "f32":
+        steps.append(rnd.ftz32)
+    if "sat" in mods:
+        steps.append(rnd.saturate)
+    steps.append(rnd.canon32 if t == "f32" else rnd.canon64)
+    if len(steps) == 1:
+        return steps[0]
+
+    def fin(x):
+        for s in steps:
+            x = s(x)
+        return x
+    return fin
+
+
+def _inputs(t, mods, getters):
+    if "ftz" in mods and t == "f32":
+        return [(lambda g=g: rnd.ftz32(g())) for g in getters]
+    return getters
+
+
+def _binary(ins, c, compute):
+    mods, mode = _mods(ins, _KNOWN - {"approx", "full"})
+    t = _typ(ins, c)
+    d = c.dst(ins.operands[0], t)
+    a, b = _inputs(t, mods, [c.src(o, t) for o in ins.operands[1:3]])
+    fin = _finish(t, mods)
+    f = compute(t, mode)
+
+    def run(m):
+        d(fin(f(a(), b())), m)
+    return Op(PLAIN, run)
+
+
+def _add(t, mode, sign=1):
+    if mode == "rn":
+        return (lambda x, y: x + y) if sign > 0 else (lambda x, y: x - y)
+    if t == "f32":
+        def f(x, y):
+            s, e = rnd.two_sum(x.astype(np.float64) if hasattr(x, "astype") else np.float64(x),
+                               np.float64(sign) * np.asarray(y, dtype=np.float64))
+            return rnd.to_f32(rnd.round_to_odd(s, e), mode)
+        return f
+
+    def f64(x, y):
+        s, e = rnd.two_sum(np.asarray(x, dtype=np.float64), np.float64(sign) * np.asarray(y, dtype=np.float64))
+        return rnd.directed_f64(s, e, mode)
+    return f64
+
+
+@opcode("add", family="float")
+def build_add(ins, c):
+    return _binary(ins, c, lambda t, mode: _add(t, mode, 1))
+
+
+@opcode("sub", family="float")
+def build_sub(ins, c):
+    return _binary(ins, c, lambda t, mode: _add(t, mode, -1))
+
+
+def _mul(t, mode):
+    if mode == "rn":
+        return lambda x, y: x * y
+    if t == "f32":
+        return lambda x, y: rnd.to_f32(np.asarray(x, dtype=np.float64) * np.asarray(y, dtype=np.float64), mode)
+
+    def f64(x, y):
+        p, e = rnd.two_prod(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
+        return rnd.directed_f64(p, e, mode)
+    return f64
+
+
+@opcode("mul", family="float")
+def build_mul(ins, c):
+    return _binary(ins, c, _mul)
+
+
+def fma32(x, y, z, mode="rn"):
+    """float32 x * y + z rounded once.
+
+    The product is exact in float64; the float64 sum p + z is rounded once more.  Rounding that to float32 is
+    wrong only where the float64 sum sits exactly on a float32 rounding boundary (a midpoint for RN, a float32
+    value for the directed modes) or in float32's subnormal range: there the exact residual (TwoSum) rounds it
+    to odd first."""
+    p = np.asarray(x, dtype=np.float64) * np.asarray(y, dtype=np.float64)
+    zz = np.asarray(z, dtype=np.float64)
+    s = p + zz
+    low = np.asarray(s).view(np.int64) & 0x1FFFFFFF
+    if mode == "rn":
+        suspect = low == 0x10000000
+    else:
+        suspect = low == 0
+    suspect = suspect | ((np.abs(s) < 1.2e-38) & (s != 0))  # a float64 sum that is 0 is exactly 0
+    if suspect.any():
+        pp, zs = np.broadcast_arrays(p, zz)
+        s = np.array(s, dtype=np.float64, copy=True)
+        sel = np.broadcast_to(suspect, s.shape)
+        s2, e = rnd.two_sum(pp[sel], zs[sel])
+        with np.errstate(invalid="ignore"):
+            s[sel] = np.where(np.isfinite(s2), rnd.round_to_odd(s2, e), s2)
+    return rnd.to_f32(s, mode)
+
+
+def fma64(x, y, z, mode="rn"):
+    x, y, z = (np.asarray(v, dtype=np.float64) for v in (x, y, z))
+    p, pe = rnd.two_prod(x, y)
+    s, se = rnd.two_sum(p, z)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = pe + se
+        r, re = rnd.two_sum(s, err)
+        out = rnd.directed_f64(r, re, mode)
+        plain = x * y + z
+        return np.where(np.isfinite(plain) & np.isfinite(out), out, plain)
+
+
+@opcode("fma", "mad", family="float")
+def build_fma(ins, c):
+    mods, mode = _mods(ins, _KNOWN - {"approx", "full"})
+    t = _typ(ins, c)
+    d = c.dst(ins.operands[0], t)
+    a, b, z = _inputs(t, mods, [c.src(o, t) for o in ins.operands[1:4]])
+    fin = _finish(t, mods)
+    f = fma32 if t == "f32" else fma64
+
+    def run(m):
+        d(fin(f(a(), b(), z(), mode)), m)
+    return Op(PLAIN, run)
+
+
+def _directed_from_residual(r, sign, mode):
+    """float32 ``r`` (RN of the exact value) moved one ulp where the exact value lies on the other side
+    (``sign``: the sign of exact - r, computed exactly) and ``mode`` wants the other neighbour."""
+    if mode == "rn":
+        return r
+    if mode == "rz":  # a step toward zero only where r overshot the exact value in magnitude
+        wrong = ((sign < 0) & (r > 0)) | ((sign > 0) & (r < 0))
+        toward = np.float32(0)
+    elif mode == "rm":
+        wrong = sign < 0
+        toward = np.float32(-np.inf)
+    else:
+        wrong = sign > 0
+        toward = np.float32(np.inf)
+    if wrong.any():
+        r = np.where(wrong, np.nextafter(r, toward), r)
+    return r
+
+
+def div32(x, y, mode="rn"):
+    """float32 x / y in any rounding mode: RN through float64 (innocuous double rounding: 53 >= 2*24 + 2),
+    directed modes from the exact sign of x - r*y (r*y is exact in float64)."""
+    x = np.asarray(x, dtype=np.float32)
+    y = np.asarray(y, dtype=np.float32)
+    r = np.divide(x, y)
+    if mode == "rn":
+        return r
+    with np.errstate(all="ignore"):
+        res = x.astype(np.float64) - r.astype(np.float64) * y.astype(np.float64)
+        sign = np.sign(res) * np.sign(y.astype(np.float64))
+        sign = np.where(np.isfinite(r), sign, 0)
+    return _directed_from_residual(r, sign, mode)
+
+
+def sqrt32(x, mode="rn"):
+    x = np.asarray(x, dtype=np.float32)
+    r = np.sqrt(x)
+    if mode == "rn":
+        return r
+    with np.errstate(all="ignore"):
+        sign = np.sign(x.astype(np.float64) - r.astype(np.float64) ** 2)
+        sign = np.where(np.isfinite(r), sign, 0)
+    return _directed_from_residual(r, sign, mode)
+
+
+@opcode("div", family="float")
+def build_div(ins, c):
+    mods, mode = _mods(ins, _KNOWN)
+    t = _typ(ins, c)
+    if mode != "rn" and t != "f32":
+        raise Unsupported(f"div.{mode}.{t}")
+    d = c.dst(ins.operands[0], t)
+    a, b = _inputs(t, mods, [c.src(o, t) for o in ins.operands[1:3]])
+    fin = _finish(t, mods)
+    if t == "f32":
+        def run(m):
+            d(fin(div32(a(), b(), mode)), m)
+    else:
+        def run(m):
+            d(fin(np.divide(a(), b())), m)
+    return Op(PLAIN, run)
+
+
+def _unary(ins, c, f32, f64=None, modes=("rn",)):
+    mods, mode = _mods(ins, _KNOWN)
+    if mode not in modes:
+        raise Unsupported(f"{ins.mnemonic}.{mode}")
+    t = _typ(ins, c)
+    if t == "f64" and f64 is None:
+        raise Unsupported(f"{ins.mnemonic}.f64")
+    f = f32 if t == "f32" else f64
+    d = c.dst(ins.operands[0], t)
+    (a,) = _inputs(t, mods, [c.src(ins.operands[1], t)])
+    fin = _finish(t, mods)
+
+    def run(m):
+        d(fin(f(a())), m)
+    return Op(PLAIN, run)
+
+
+def _via64(fn):
+    def f(x):
+        return np.asarray(fn(np.asarray(x, dtype=np.float64)), dtype=np.float64).astype(np.float32)
+    return f
+
+
+@opcode("rcp", family="float")
+def build_rcp(ins, c):
+    mode = next((p for p in ins.parts[1:] if p in _MODES), "rn")
+    if mode != "rn" and "f32" in ins.parts:
+        return _unary(ins, c, lambda x: div32(np.float32(1), x, mode), None, modes=(mode,))
+    return _unary(ins, c, lambda x: np.float32(1) / x, lambda x: 1.0 / x)
+
+
+@opcode("sqrt", family="float")
+def build_sqrt(ins, c):
+    mode = next((p for p in ins.parts[1:] if p in _MODES), "rn")
+    if mode != "rn" and "f32" in ins.parts:
+        return _unary(ins, c, lambda x: sqrt32(x, mode), None, modes=(mode,))
+    return _unary(ins, c, np.sqrt, np.sqrt)
+
+
+@opcode("rsqrt", family="float")
+def build_rsqrt(ins, c):
+    return _unary(ins, c, _via64(lambda x: 1.0 / np.sqrt(x)), lambda x: 1.0 / np.sqrt(x))
+
+
+@opcode("ex2", family="float")
+def build_ex2(ins, c):
+    return _unary(ins, c, _via64(np.exp2))
+
+
+@opcode("lg2", family="float")
+def build_lg2(ins, c):
+    return _unary(ins, c, _via64(np.log2))
+
+
+@opcode("sin", family="float")
+def build_sin(ins, c):
+    return _unary(ins, c, _via64(np.sin))
+
+
+@opcode("cos", family="float")
+def build_cos(ins, c):
+    return _unary(ins, c, _via64(np.cos))
+
+
+@opcode("tanh", family="float")
+def build_tanh(ins, c):
+    return _unary(ins, c, _via64(np.tanh))
+
+
+@opcode("neg", family="float")
+def build_neg(ins, c):
+    return _unary(ins, c, np.negative, np.negative)
+
+
+@opcode("abs", family="float")
+def build_abs(ins, c):
+    return _unary(ins, c, np.abs, np.abs)
+
+
+def _minmax(is_min, nan_propagates):
+    pick = (np.minimum if is_min else np.maximum) if nan_propagates else (np.fmin if is_min else np.fmax)
+
+    def f(x, y):
+        r = pick(x, y)
+        zero = (x == 0) & (y == 0)
+        if zero.any():  # -0 is below +0
+            sx, sy = np.signbit(x), np.signbit(y)
+            neg = (sx | sy) if is_min else (sx & sy)
+            r = np.where(zero, np.where(neg, -np.abs(r), np.abs(r)), r)
+        return r
+    return f
+
+
+@opcode("min", "max", family="float")
+def build_minmax(ins, c):
+    mods, _ = _mods(ins, {"ftz", "NaN", "f32", "f64"})
+    t = _typ(ins, c)
+    d = c.dst(ins.operands[0], t)
+    a, b = _inputs(t, mods, [c.src(o, t) for o in ins.operands[1:3]])
+    fin = _finish(t, mods)
+    f = _minmax(ins.mnemonic == "min", "NaN" in mods)
+
+    def run(m):
+        d(fin(f(a(), b())), m)
+    return Op(PLAIN, run)
+
+
+@opcode("copysign", family="float")
+def build_copysign(ins, c):
+    """copysign d, a, b: b's magnitude with a's sign (PTX operand order)."""
+    t = _typ(ins, c)
+    d = c.dst(ins.operands[0], t)
+    a, b = (c.src(o, t) for o in ins.operands[1:3])
+    return Op(PLAIN, lambda m: d(np.copysign(b(), a()), m))
+
+
+@opcode("testp", family="float")
+def build_testp(ins, c):
+    t = _typ(ins, c)
+    kind = ins.parts[1]
+    tiny = np.finfo(np.float32 if t == "f32" else np.float64).tiny
+    tests = {"finite": np.isfinite, "infinite": np.isinf, "number": lambda x: ~np.isnan(x), "notanumber": np.isnan,
+             "normal": lambda x: np.isfinite(x) & (np.abs(x) >= tiny),
+             "subnormal": lambda x: (x != 0) & (np.abs(x) < tiny)}
+    if kind not in tests:
+        raise Unsupported(f"testp.{kind}")
+    f = tests[kind]
+    d = c.dst(ins.operands[0], "pred")
+    a = c.src(ins.operands[1], t)
+    return Op(PLAIN, lambda m: d(f(a()), m))
+
+
+@opcode(CONTRACTED)
+def build_contracted(ins, c, a_op, b_op, c_op, negate_product, negate_c):
+    """An ``add.f32``/``sub.f32`` that ptxas fuses with the ``mul.f32`` feeding it: fma(±a, b, ±c), rounded once."""
+    d = c.dst(ins.operands[0], "f32")
+    a, b, z = (c.src(o, "f32") for o in (a_op, b_op, c_op))
+    sa = np.float32(-1) if negate_product else np.float32(1)
+    sz = np.float32(-1) if negate_c else np.float32(1)
+
+    def run(m):
+        d(rnd.canon32(fma32(sa * a(), b(), sz * z())), m)
+    return Op(PLAIN, run)
