@@ -72,55 +72,36 @@ def build_addsub(ins, c):
     return Op(PLAIN, run)
 
 
-@opcode("mul", family="int")
-def build_mul(ins, c):
+def _product(ins, c):
+    """The product of mul/mad (lo, hi or wide), its destination type and the destination: (product(), type, d)."""
     _check(ins, {"lo", "hi", "wide"})
     t = c.type_of(ins, _INT)
     a, b = (c.src(o, t) for o in ins.operands[1:3])
     if "wide" in ins.parts:
         wdt, wt = _wide_type(t)
-        d = c.dst(ins.operands[0], wt)
+        return (lambda: np.multiply(np.asarray(a()).astype(wdt), np.asarray(b()).astype(wdt), dtype=wdt)), wt, \
+            c.dst(ins.operands[0], wt)
+    if "hi" in ins.parts:
+        return (lambda: _mul_hi(a(), b(), t)), t, c.dst(ins.operands[0], t)
+    return (lambda: np.multiply(a(), b(), dtype=DTYPE[t])), t, c.dst(ins.operands[0], t)
 
-        def run(m):
-            d(np.multiply(np.asarray(a()).astype(wdt), np.asarray(b()).astype(wdt), dtype=wdt), m)
-    elif "hi" in ins.parts:
-        d = c.dst(ins.operands[0], t)
 
-        def run(m):
-            d(_mul_hi(a(), b(), t), m)
-    else:
-        d = c.dst(ins.operands[0], t)
+@opcode("mul", family="int")
+def build_mul(ins, c):
+    product, _, d = _product(ins, c)
 
-        def run(m):
-            d(np.multiply(a(), b(), dtype=DTYPE[t]), m)
+    def run(m):
+        d(product(), m)
     return Op(PLAIN, run)
 
 
 @opcode("mad", family="int")
 def build_mad(ins, c):
-    _check(ins, {"lo", "hi", "wide"})
-    t = c.type_of(ins, _INT)
-    a, b = (c.src(o, t) for o in ins.operands[1:3])
-    if "wide" in ins.parts:
-        wdt, wt = _wide_type(t)
-        d = c.dst(ins.operands[0], wt)
-        z = c.src(ins.operands[3], wt)
+    product, t, d = _product(ins, c)
+    z, dt = c.src(ins.operands[3], t), DTYPE[t]
 
-        def run(m):
-            d(np.add(np.multiply(np.asarray(a()).astype(wdt), np.asarray(b()).astype(wdt), dtype=wdt), z(),
-                     dtype=wdt), m)
-    elif "hi" in ins.parts:
-        d = c.dst(ins.operands[0], t)
-        z = c.src(ins.operands[3], t)
-
-        def run(m):
-            d(np.add(_mul_hi(a(), b(), t), z(), dtype=DTYPE[t]), m)
-    else:
-        d = c.dst(ins.operands[0], t)
-        z = c.src(ins.operands[3], t)
-
-        def run(m):
-            d(np.add(np.multiply(a(), b(), dtype=DTYPE[t]), z(), dtype=DTYPE[t]), m)
+    def run(m):
+        d(np.add(product(), z(), dtype=dt), m)
     return Op(PLAIN, run)
 
 
