@@ -255,21 +255,21 @@ def _popc(x, bits):
     return np.bitwise_count(u).astype(np.uint32)
 
 
+def _bit_count_operands(ins, c):
+    """popc/clz: the b32/b64 source, its width and the u32 destination."""
+    t = c.type_of(ins, ("b32", "b64"))
+    return c.src(ins.operands[1], t), TYPE_BITS[t], c.dst(ins.operands[0], "u32")
+
+
 @opcode("popc", family="int")
 def build_popc(ins, c):
-    t = c.type_of(ins, ("b32", "b64"))
-    d = c.dst(ins.operands[0], "u32")
-    a = c.src(ins.operands[1], t)
-    bits = TYPE_BITS[t]
+    a, bits, d = _bit_count_operands(ins, c)
     return Op(PLAIN, lambda m: d(_popc(a(), bits), m))
 
 
 @opcode("clz", family="int")
 def build_clz(ins, c):
-    t = c.type_of(ins, ("b32", "b64"))
-    d = c.dst(ins.operands[0], "u32")
-    a = c.src(ins.operands[1], t)
-    bits = TYPE_BITS[t]
+    a, bits, d = _bit_count_operands(ins, c)
 
     def run(m):
         u = np.asarray(a()).view(UNSIGNED[bits]).astype(np.uint64)
@@ -280,12 +280,15 @@ def build_clz(ins, c):
     return Op(PLAIN, run)
 
 
+def _bit_operands(ins, c, sources: int):
+    """A b32/b64 bit instruction's type, width, destination and its first ``sources`` sources of that type."""
+    t = c.type_of(ins, ("b32", "b64"))
+    return t, TYPE_BITS[t], c.dst(ins.operands[0], t), [c.src(o, t) for o in ins.operands[1:1 + sources]]
+
+
 @opcode("brev", family="int")
 def build_brev(ins, c):
-    t = c.type_of(ins, ("b32", "b64"))
-    bits = TYPE_BITS[t]
-    d = c.dst(ins.operands[0], t)
-    a = c.src(ins.operands[1], t)
+    t, bits, d, (a,) = _bit_operands(ins, c, 1)
 
     def run(m):
         u = np.asarray(a()).view(UNSIGNED[bits]).astype(np.uint64)
@@ -294,6 +297,16 @@ def build_brev(ins, c):
             r |= ((u >> np.uint64(i)) & np.uint64(1)) << np.uint64(bits - 1 - i)
         d(r.astype(UNSIGNED[bits]).view(DTYPE[t]), m)
     return Op(PLAIN, run)
+
+
+def _low_ones(n):
+    """uint64 masks of the ``n`` (0..64) lowest bits."""
+    return np.where(n >= 64, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << np.minimum(n, np.uint64(63))) - np.uint64(1))
+
+
+def _position_and_length(pos_, len_):
+    """bfe/bfi's position and length operands: their low bytes, as uint64."""
+    return (np.asarray(pos_()).astype(np.uint64) & np.uint64(0xFF), np.asarray(len_()).astype(np.uint64) & np.uint64(0xFF))
 
 
 @opcode("bfe", family="int")
@@ -307,18 +320,14 @@ def build_bfe(ins, c):
     def run(m):
         x = np.asarray(a()).view(UNSIGNED[bits]).astype(np.uint64) if np.ndim(a()) else \
             np.array(a()).view(UNSIGNED[bits]).astype(np.uint64)
-        p = np.asarray(pos_()).astype(np.uint64) & np.uint64(0xFF)
-        n = np.asarray(len_()).astype(np.uint64) & np.uint64(0xFF)
+        p, n = _position_and_length(pos_, len_)
         p_c = np.minimum(p, np.uint64(bits))
         field = np.where(p_c >= bits, np.uint64(0), x >> np.minimum(p_c, np.uint64(bits - 1)))
         nn = np.minimum(n, np.uint64(bits))
-        mask = np.where(nn >= 64, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << np.minimum(nn, np.uint64(63)))
-                        - np.uint64(1))
-        r = field & mask
+        r = field & _low_ones(nn)
         if is_signed(t):  # PTX: bits past the msb, and all bits past len, are the sign bit a[min(pos+len-1, msb)]
             eff = np.minimum(nn, np.where(p_c >= bits, np.uint64(0), np.uint64(bits) - p_c))
-            emask = np.where(eff >= 64, np.uint64(0xFFFFFFFFFFFFFFFF),
-                             (np.uint64(1) << np.minimum(eff, np.uint64(63))) - np.uint64(1))
+            emask = _low_ones(eff)
             top = np.minimum(p + n - np.minimum(n, np.uint64(1)), np.uint64(bits - 1))
             sbit = np.where(n == 0, np.uint64(0), (x >> top) & np.uint64(1))
             r = (field & emask) | np.where(sbit == 1, ~emask, np.uint64(0))
@@ -328,20 +337,14 @@ def build_bfe(ins, c):
 
 @opcode("bfi", family="int")
 def build_bfi(ins, c):
-    t = c.type_of(ins, ("b32", "b64"))
-    bits = TYPE_BITS[t]
-    d = c.dst(ins.operands[0], t)
-    a, b = c.src(ins.operands[1], t), c.src(ins.operands[2], t)
+    t, bits, d, (a, b) = _bit_operands(ins, c, 2)
     pos_, len_ = c.src(ins.operands[3], "u32"), c.src(ins.operands[4], "u32")
 
     def run(m):
         x = np.asarray(a()).astype(np.uint64)
         y = np.asarray(b()).astype(np.uint64)
-        p = np.asarray(pos_()).astype(np.uint64) & np.uint64(0xFF)
-        n = np.asarray(len_()).astype(np.uint64) & np.uint64(0xFF)
-        nn = np.minimum(n, np.uint64(64))
-        field = np.where(nn >= 64, np.uint64(0xFFFFFFFFFFFFFFFF),
-                         (np.uint64(1) << np.minimum(nn, np.uint64(63))) - np.uint64(1))
+        p, n = _position_and_length(pos_, len_)
+        field = _low_ones(np.minimum(n, np.uint64(64)))
         inside = p < bits
         mask = np.where(inside, field << np.minimum(p, np.uint64(bits - 1)), np.uint64(0))
         r = (y & ~mask) | ((x << np.minimum(p, np.uint64(63))) & mask)
