@@ -342,32 +342,32 @@ def test_row_sums_without_the_barrier_in_its_tree_is_a_race():
     assert launch(nvrtc.ptx(good), "row_sums", T, 256, [x, out, np.int32(T), np.int32(D)]).ok
 
 
-def test_matmul_without_the_second_barrier_overwrites_a_tile_still_being_read():
+def lesson06_matmul_without(line: str, instead: str, A, B):
+    """Lesson 06's matmul with ``line`` replaced by ``instead``, run on A @ B: (its source, the result, C)."""
     good = lesson06("matmul")
-    second = "        __syncthreads();                               // everyone is done"
-    assert second in good
-    bad = good.replace(second, "        //")
-    M, K, N = 33, 70, 17
-    rng = np.random.default_rng(1)
-    A, B = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    assert line in good
+    bad = good.replace(line, instead)
+    (M, K), N = A.shape, B.shape[1]
     C = np.zeros((M, N), np.float32)
-    grid = ((N + 15) // 16, (M + 15) // 16)
-    r = launch(nvrtc.ptx(bad), "matmul_tiled", grid, (16, 16), [A, B, C, np.int32(M), np.int32(N), np.int32(K)])
+    r = launch(nvrtc.ptx(bad), "matmul_tiled", ((N + 15) // 16, (M + 15) // 16), (16, 16),
+               [A, B, C, np.int32(M), np.int32(N), np.int32(K)])
+    return bad, r, C
+
+
+def test_matmul_without_the_second_barrier_overwrites_a_tile_still_being_read():
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((33, 70)).astype(np.float32), rng.standard_normal((70, 17)).astype(np.float32)
+    _, r, C = lesson06_matmul_without("        __syncthreads();                               // everyone is done",
+                                      "        //", A, B)
     assert np.allclose(C, A.astype(np.float64) @ B, atol=1e-4)  # lockstep: the values are still right
     assert kinds(r) and set(kinds(r)) == {"race"}
     assert any("пишет в" in f.message and "читал" in f.message for f in r.findings)  # write after read
 
 
 def test_matmul_without_the_edge_guard_on_the_tile_load_reads_past_the_array():
-    good = lesson06("matmul")
-    guarded = "(row < M && ka < K) ? A[(size_t)row * K + ka] : 0.0f"
-    assert guarded in good
-    bad = good.replace(guarded, "A[(size_t)row * K + ka]")
-    M, K, N = 33, 70, 17
-    A, B = np.ones((M, K), np.float32), np.ones((K, N), np.float32)
-    C = np.zeros((M, N), np.float32)
-    r = launch(nvrtc.ptx(bad), "matmul_tiled", ((N + 15) // 16, (M + 15) // 16), (16, 16),
-               [A, B, C, np.int32(M), np.int32(N), np.int32(K)])
+    bad, r, _ = lesson06_matmul_without("(row < M && ka < K) ? A[(size_t)row * K + ka] : 0.0f",
+                                        "A[(size_t)row * K + ka]", np.ones((33, 70), np.float32),
+                                        np.ones((70, 17), np.float32))
     (f,) = r.findings
     assert f.kind == "global_oob" and "аргумент № 1" in f.message and "float32[33×70]" in f.message
     assert f.line == line_of(bad, "As[threadIdx.y][threadIdx.x] =")

@@ -101,8 +101,9 @@ def compile_source(source: str, *, arch: str = ARCH, filename: str = "kernel.cu"
     return _result(*_compile(source, arch, filename), filename)
 
 
-def _compile(source: str, arch: str, filename: str) -> tuple[bool, str]:
-    """One NVRTC compilation: (succeeded, the log).  Everything a :class:`CompileResult` holds comes from these two."""
+@contextlib.contextmanager
+def _program(source: str, filename: str):
+    """An NVRTC program of ``source`` (and the bindings), destroyed on leaving."""
     nvrtc = _NVRTC
     if nvrtc is None:
         raise RuntimeError("cuda-python (cuda.bindings.nvrtc) or the NVRTC library is not installed")
@@ -110,14 +111,20 @@ def _compile(source: str, arch: str, filename: str) -> tuple[bool, str]:
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise RuntimeError(f"nvrtcCreateProgram failed: {err}")
     try:
+        yield nvrtc, program
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+
+
+def _compile(source: str, arch: str, filename: str) -> tuple[bool, str]:
+    """One NVRTC compilation: (succeeded, the log).  Everything a :class:`CompileResult` holds comes from these two."""
+    with _program(source, filename) as (nvrtc, program):
         options = [f"-arch={arch}".encode(), *(option.encode() for option in OPTIONS)]
         (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         if result == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:  # an old NVRTC without -Xptxas
             options = options[:2]
             (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         log = _program_log(nvrtc, program)
-    finally:
-        nvrtc.nvrtcDestroyProgram(program)
     return result == nvrtc.nvrtcResult.NVRTC_SUCCESS, log
 
 
@@ -125,13 +132,7 @@ def ptx(source: str, *, arch: str = "compute_75", filename: str = "kernel.cu") -
     """The PTX NVRTC makes of ``source`` for a virtual architecture (``compute_75``, ``compute_80``), with
     line info (``.loc`` lines name ``filename``'s lines): what the driver would JIT, and what the emulator
     runs.  A source that does not compile raises :class:`CheckFailed` with the compiler's errors."""
-    nvrtc = _NVRTC
-    if nvrtc is None:
-        raise RuntimeError("cuda-python (cuda.bindings.nvrtc) or the NVRTC library is not installed")
-    err, program = nvrtc.nvrtcCreateProgram(source.encode("utf-8"), filename.encode(), 0, [], [])
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise RuntimeError(f"nvrtcCreateProgram failed: {err}")
-    try:
+    with _program(source, filename) as (nvrtc, program):
         options = [f"-arch={arch}".encode(), b"-std=c++17", b"-lineinfo"]
         (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -140,8 +141,6 @@ def ptx(source: str, *, arch: str = "compute_75", filename: str = "kernel.cu") -
         _, size = nvrtc.nvrtcGetPTXSize(program)
         text = bytearray(size)  # a buffer of its own, as in _program_log
         nvrtc.nvrtcGetPTX(program, text)
-    finally:
-        nvrtc.nvrtcDestroyProgram(program)
     return bytes(text).rstrip(b"\x00").decode("utf-8")
 
 

@@ -450,12 +450,15 @@ class Machine:
         W = self.global_writer[gran]
         other = (W != 0) & (W != gid_g)
         race_lane, other_gid = None, None
-        if other.any():
-            per_lane = other.reshape(len(idx), n).any(axis=1)
+
+        def writes_a_different_value(lanes):
             differs = np.zeros(len(idx), dtype=bool)
             for k in range(nvec):
                 differs |= view[off + k] != values[k]
-            race = per_lane & differs
+            return lanes & differs
+
+        if other.any():
+            race = writes_a_different_value(other.reshape(len(idx), n).any(axis=1))
             if race.any():
                 race_lane = int(np.flatnonzero(race)[0])
                 other_gid = int(W.reshape(len(idx), n)[race_lane].max())
@@ -466,10 +469,7 @@ class Machine:
             back = self.global_writer[gran]
             lost = (back != gid_g).reshape(len(idx), n).any(axis=1)
             if lost.any():
-                differs = np.zeros(len(idx), dtype=bool)
-                for k in range(nvec):
-                    differs |= view[off + k] != values[k]
-                race = lost & differs
+                race = writes_a_different_value(lost)
                 if race.any():
                     race_lane = int(np.flatnonzero(race)[0])
                     other_gid = int(back.reshape(len(idx), n)[race_lane].max())

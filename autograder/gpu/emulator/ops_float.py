@@ -272,29 +272,20 @@ def build_rsqrt(ins, c):
     return _unary(ins, c, _via64(lambda x: 1.0 / np.sqrt(x)), lambda x: 1.0 / np.sqrt(x))
 
 
-@opcode("ex2", family="float")
-def build_ex2(ins, c):
-    return _unary(ins, c, _via64(np.exp2))
+#: The approximate unary functions, computed in float64 and rounded once (the package docstring says how the GPU differs).
+_APPROXIMATE = {"ex2": np.exp2, "lg2": np.log2, "sin": np.sin, "cos": np.cos, "tanh": np.tanh}
 
 
-@opcode("lg2", family="float")
-def build_lg2(ins, c):
-    return _unary(ins, c, _via64(np.log2))
+def _register_approximate(name, function):
+    @opcode(name, family="float")
+    def build(ins, c):
+        return _unary(ins, c, _via64(function))
+    build.__name__ = f"build_{name}"
+    return build
 
 
-@opcode("sin", family="float")
-def build_sin(ins, c):
-    return _unary(ins, c, _via64(np.sin))
-
-
-@opcode("cos", family="float")
-def build_cos(ins, c):
-    return _unary(ins, c, _via64(np.cos))
-
-
-@opcode("tanh", family="float")
-def build_tanh(ins, c):
-    return _unary(ins, c, _via64(np.tanh))
+for _name, _function in _APPROXIMATE.items():
+    _register_approximate(_name, _function)
 
 
 @opcode("neg", family="float")

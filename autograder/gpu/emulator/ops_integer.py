@@ -72,55 +72,36 @@ def build_addsub(ins, c):
     return Op(PLAIN, run)
 
 
-@opcode("mul", family="int")
-def build_mul(ins, c):
+def _product(ins, c):
+    """The product of mul/mad (lo, hi or wide), its destination type and the destination: (product(), type, d)."""
     _check(ins, {"lo", "hi", "wide"})
     t = c.type_of(ins, _INT)
     a, b = (c.src(o, t) for o in ins.operands[1:3])
     if "wide" in ins.parts:
         wdt, wt = _wide_type(t)
-        d = c.dst(ins.operands[0], wt)
+        return (lambda: np.multiply(np.asarray(a()).astype(wdt), np.asarray(b()).astype(wdt), dtype=wdt)), wt, \
+            c.dst(ins.operands[0], wt)
+    if "hi" in ins.parts:
+        return (lambda: _mul_hi(a(), b(), t)), t, c.dst(ins.operands[0], t)
+    return (lambda: np.multiply(a(), b(), dtype=DTYPE[t])), t, c.dst(ins.operands[0], t)
 
-        def run(m):
-            d(np.multiply(np.asarray(a()).astype(wdt), np.asarray(b()).astype(wdt), dtype=wdt), m)
-    elif "hi" in ins.parts:
-        d = c.dst(ins.operands[0], t)
 
-        def run(m):
-            d(_mul_hi(a(), b(), t), m)
-    else:
-        d = c.dst(ins.operands[0], t)
+@opcode("mul", family="int")
+def build_mul(ins, c):
+    product, _, d = _product(ins, c)
 
-        def run(m):
-            d(np.multiply(a(), b(), dtype=DTYPE[t]), m)
+    def run(m):
+        d(product(), m)
     return Op(PLAIN, run)
 
 
 @opcode("mad", family="int")
 def build_mad(ins, c):
-    _check(ins, {"lo", "hi", "wide"})
-    t = c.type_of(ins, _INT)
-    a, b = (c.src(o, t) for o in ins.operands[1:3])
-    if "wide" in ins.parts:
-        wdt, wt = _wide_type(t)
-        d = c.dst(ins.operands[0], wt)
-        z = c.src(ins.operands[3], wt)
+    product, t, d = _product(ins, c)
+    z, dt = c.src(ins.operands[3], t), DTYPE[t]
 
-        def run(m):
-            d(np.add(np.multiply(np.asarray(a()).astype(wdt), np.asarray(b()).astype(wdt), dtype=wdt), z(),
-                     dtype=wdt), m)
-    elif "hi" in ins.parts:
-        d = c.dst(ins.operands[0], t)
-        z = c.src(ins.operands[3], t)
-
-        def run(m):
-            d(np.add(_mul_hi(a(), b(), t), z(), dtype=DTYPE[t]), m)
-    else:
-        d = c.dst(ins.operands[0], t)
-        z = c.src(ins.operands[3], t)
-
-        def run(m):
-            d(np.add(np.multiply(a(), b(), dtype=DTYPE[t]), z(), dtype=DTYPE[t]), m)
+    def run(m):
+        d(np.add(product(), z(), dtype=dt), m)
     return Op(PLAIN, run)
 
 
@@ -274,21 +255,21 @@ def _popc(x, bits):
     return np.bitwise_count(u).astype(np.uint32)
 
 
+def _bit_count_operands(ins, c):
+    """popc/clz: the b32/b64 source, its width and the u32 destination."""
+    t = c.type_of(ins, ("b32", "b64"))
+    return c.src(ins.operands[1], t), TYPE_BITS[t], c.dst(ins.operands[0], "u32")
+
+
 @opcode("popc", family="int")
 def build_popc(ins, c):
-    t = c.type_of(ins, ("b32", "b64"))
-    d = c.dst(ins.operands[0], "u32")
-    a = c.src(ins.operands[1], t)
-    bits = TYPE_BITS[t]
+    a, bits, d = _bit_count_operands(ins, c)
     return Op(PLAIN, lambda m: d(_popc(a(), bits), m))
 
 
 @opcode("clz", family="int")
 def build_clz(ins, c):
-    t = c.type_of(ins, ("b32", "b64"))
-    d = c.dst(ins.operands[0], "u32")
-    a = c.src(ins.operands[1], t)
-    bits = TYPE_BITS[t]
+    a, bits, d = _bit_count_operands(ins, c)
 
     def run(m):
         u = np.asarray(a()).view(UNSIGNED[bits]).astype(np.uint64)
@@ -299,12 +280,15 @@ def build_clz(ins, c):
     return Op(PLAIN, run)
 
 
+def _bit_operands(ins, c, sources: int):
+    """A b32/b64 bit instruction's type, width, destination and its first ``sources`` sources of that type."""
+    t = c.type_of(ins, ("b32", "b64"))
+    return t, TYPE_BITS[t], c.dst(ins.operands[0], t), [c.src(o, t) for o in ins.operands[1:1 + sources]]
+
+
 @opcode("brev", family="int")
 def build_brev(ins, c):
-    t = c.type_of(ins, ("b32", "b64"))
-    bits = TYPE_BITS[t]
-    d = c.dst(ins.operands[0], t)
-    a = c.src(ins.operands[1], t)
+    t, bits, d, (a,) = _bit_operands(ins, c, 1)
 
     def run(m):
         u = np.asarray(a()).view(UNSIGNED[bits]).astype(np.uint64)
@@ -313,6 +297,16 @@ def build_brev(ins, c):
             r |= ((u >> np.uint64(i)) & np.uint64(1)) << np.uint64(bits - 1 - i)
         d(r.astype(UNSIGNED[bits]).view(DTYPE[t]), m)
     return Op(PLAIN, run)
+
+
+def _low_ones(n):
+    """uint64 masks of the ``n`` (0..64) lowest bits."""
+    return np.where(n >= 64, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << np.minimum(n, np.uint64(63))) - np.uint64(1))
+
+
+def _position_and_length(pos_, len_):
+    """bfe/bfi's position and length operands: their low bytes, as uint64."""
+    return (np.asarray(pos_()).astype(np.uint64) & np.uint64(0xFF), np.asarray(len_()).astype(np.uint64) & np.uint64(0xFF))
 
 
 @opcode("bfe", family="int")
@@ -326,18 +320,14 @@ def build_bfe(ins, c):
     def run(m):
         x = np.asarray(a()).view(UNSIGNED[bits]).astype(np.uint64) if np.ndim(a()) else \
             np.array(a()).view(UNSIGNED[bits]).astype(np.uint64)
-        p = np.asarray(pos_()).astype(np.uint64) & np.uint64(0xFF)
-        n = np.asarray(len_()).astype(np.uint64) & np.uint64(0xFF)
+        p, n = _position_and_length(pos_, len_)
         p_c = np.minimum(p, np.uint64(bits))
         field = np.where(p_c >= bits, np.uint64(0), x >> np.minimum(p_c, np.uint64(bits - 1)))
         nn = np.minimum(n, np.uint64(bits))
-        mask = np.where(nn >= 64, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << np.minimum(nn, np.uint64(63)))
-                        - np.uint64(1))
-        r = field & mask
+        r = field & _low_ones(nn)
         if is_signed(t):  # PTX: bits past the msb, and all bits past len, are the sign bit a[min(pos+len-1, msb)]
             eff = np.minimum(nn, np.where(p_c >= bits, np.uint64(0), np.uint64(bits) - p_c))
-            emask = np.where(eff >= 64, np.uint64(0xFFFFFFFFFFFFFFFF),
-                             (np.uint64(1) << np.minimum(eff, np.uint64(63))) - np.uint64(1))
+            emask = _low_ones(eff)
             top = np.minimum(p + n - np.minimum(n, np.uint64(1)), np.uint64(bits - 1))
             sbit = np.where(n == 0, np.uint64(0), (x >> top) & np.uint64(1))
             r = (field & emask) | np.where(sbit == 1, ~emask, np.uint64(0))
@@ -347,20 +337,14 @@ def build_bfe(ins, c):
 
 @opcode("bfi", family="int")
 def build_bfi(ins, c):
-    t = c.type_of(ins, ("b32", "b64"))
-    bits = TYPE_BITS[t]
-    d = c.dst(ins.operands[0], t)
-    a, b = c.src(ins.operands[1], t), c.src(ins.operands[2], t)
+    t, bits, d, (a, b) = _bit_operands(ins, c, 2)
     pos_, len_ = c.src(ins.operands[3], "u32"), c.src(ins.operands[4], "u32")
 
     def run(m):
         x = np.asarray(a()).astype(np.uint64)
         y = np.asarray(b()).astype(np.uint64)
-        p = np.asarray(pos_()).astype(np.uint64) & np.uint64(0xFF)
-        n = np.asarray(len_()).astype(np.uint64) & np.uint64(0xFF)
-        nn = np.minimum(n, np.uint64(64))
-        field = np.where(nn >= 64, np.uint64(0xFFFFFFFFFFFFFFFF),
-                         (np.uint64(1) << np.minimum(nn, np.uint64(63))) - np.uint64(1))
+        p, n = _position_and_length(pos_, len_)
+        field = _low_ones(np.minimum(n, np.uint64(64)))
         inside = p < bits
         mask = np.where(inside, field << np.minimum(p, np.uint64(bits - 1)), np.uint64(0))
         r = (y & ~mask) | ((x << np.minimum(p, np.uint64(63))) & mask)
