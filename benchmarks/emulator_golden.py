@@ -1161,21 +1161,16 @@ def main(argv=None) -> int:
             rows.append((form.family, form.name, form.elements, None if error else "compiled"))
         else:
             results = {"outputs": []}
-            native = ptx_out = None
-            try:
-                native = runner.native(form)
-                for name, value in native.items():
-                    arrays[f"{form.name}__native__{name}"] = value
-                results["outputs"].append("native")
-            except Exception as error:  # noqa: BLE001
-                results["native_error"] = f"{type(error).__name__}: {error}"[:600]
-            try:
-                ptx_out = runner.from_ptx(form)
-                for name, value in ptx_out.items():
-                    arrays[f"{form.name}__ptx__{name}"] = value
-                results["outputs"].append("ptx")
-            except Exception as error:  # noqa: BLE001
-                results["ptx_error"] = f"{type(error).__name__}: {error}"[:600]
+            got = {}
+            for mode, run_form in (("native", runner.native), ("ptx", runner.from_ptx)):
+                try:
+                    got[mode] = run_form(form)
+                    for name, value in got[mode].items():
+                        arrays[f"{form.name}__{mode}__{name}"] = value
+                    results["outputs"].append(mode)
+                except Exception as error:  # noqa: BLE001
+                    results[f"{mode}_error"] = f"{type(error).__name__}: {error}"[:600]
+            native, ptx_out = got.get("native"), got.get("ptx")
             if native is not None and ptx_out is not None:
                 results["bit_equal_native_ptx"] = bit_equal_rate(native, ptx_out)
                 # lossless: a native buffer bit-equal to the PTX run's is not stored twice
