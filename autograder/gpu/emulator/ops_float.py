@@ -5,7 +5,8 @@ Exact where PTX is exact: add/sub/mul/div.rn/sqrt.rn/rcp.rn through NumPy (IEEE)
 (exact float64 product, TwoSum, round to odd, then to float32).  Directed modes of add/sub/mul/fma f32 are
 exact too.  Approximations (ex2, lg2, rsqrt, sin, cos, tanh, div.approx, div.full, rcp.approx, sqrt.approx) are
 computed in float64 and rounded once: a GPU is within its documented ulps of these, not bit-equal.
-fma.rn.f64 is TwoProd + TwoSum (can be one ulp off in rare cancellations).
+f64 add/sub/mul/fma in every mode are correctly rounded: TwoSum/TwoProd on the vector path, and the lanes near a
+rounding boundary, at under- or overflow or with a zero result exactly, in Python integers (rounding.fma_f64).
 """
 from __future__ import annotations
 
@@ -75,14 +76,15 @@ def _add(t, mode, sign=1):
         return (lambda x, y: x + y) if sign > 0 else (lambda x, y: x - y)
     if t == "f32":
         def f(x, y):
-            s, e = rnd.two_sum(x.astype(np.float64) if hasattr(x, "astype") else np.float64(x),
-                               np.float64(sign) * np.asarray(y, dtype=np.float64))
-            return rnd.to_f32(rnd.round_to_odd(s, e), mode)
+            xx = np.asarray(x, dtype=np.float64)
+            yy = np.float64(sign) * np.asarray(y, dtype=np.float64)
+            s, e = rnd.two_sum(xx, yy)
+            r = rnd.to_f32(rnd.round_to_odd(s, e), mode)
+            return rnd.rm_zero(r, xx, yy) if mode == "rm" else r
         return f
 
     def f64(x, y):
-        s, e = rnd.two_sum(np.asarray(x, dtype=np.float64), np.float64(sign) * np.asarray(y, dtype=np.float64))
-        return rnd.directed_f64(s, e, mode)
+        return rnd.add_f64(x, np.float64(sign) * np.asarray(y, dtype=np.float64), mode)
     return f64
 
 
@@ -102,10 +104,7 @@ def _mul(t, mode):
     if t == "f32":
         return lambda x, y: rnd.to_f32(np.asarray(x, dtype=np.float64) * np.asarray(y, dtype=np.float64), mode)
 
-    def f64(x, y):
-        p, e = rnd.two_prod(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
-        return rnd.directed_f64(p, e, mode)
-    return f64
+    return lambda x, y: rnd.mul_f64(x, y, mode)
 
 
 @opcode("mul", family="float")
@@ -136,19 +135,13 @@ def fma32(x, y, z, mode="rn"):
         s2, e = rnd.two_sum(pp[sel], zs[sel])
         with np.errstate(invalid="ignore"):
             s[sel] = np.where(np.isfinite(s2), rnd.round_to_odd(s2, e), s2)
-    return rnd.to_f32(s, mode)
+    r = rnd.to_f32(s, mode)
+    return rnd.rm_zero(r, p, zz) if mode == "rm" else r
 
 
 def fma64(x, y, z, mode="rn"):
-    x, y, z = (np.asarray(v, dtype=np.float64) for v in (x, y, z))
-    p, pe = rnd.two_prod(x, y)
-    s, se = rnd.two_sum(p, z)
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = pe + se
-        r, re = rnd.two_sum(s, err)
-        out = rnd.directed_f64(r, re, mode)
-        plain = x * y + z
-        return np.where(np.isfinite(plain) & np.isfinite(out), out, plain)
+    """float64 x * y + z rounded once, in any mode (:func:`rounding.fma_f64`)."""
+    return rnd.fma_f64(x, y, z, mode)
 
 
 @opcode("fma", "mad", family="float")
@@ -185,18 +178,23 @@ def _directed_from_residual(r, sign, mode):
 
 
 def div32(x, y, mode="rn"):
-    """float32 x / y in any rounding mode: RN through float64 (innocuous double rounding: 53 >= 2*24 + 2),
-    directed modes from the exact sign of x - r*y (r*y is exact in float64)."""
+    """float32 x / y in any rounding mode: RN through float64 (innocuous double rounding: 53 >= 2*24 + 2);
+    directed modes round the float64 quotient to odd by the exact sign of x - q*y (TwoProd), then to float32 in the
+    mode, so that overflow gives the largest finite value where the mode rounds towards it, and subnormal quotients
+    round at the subnormal ulp."""
     x = np.asarray(x, dtype=np.float32)
     y = np.asarray(y, dtype=np.float32)
-    r = np.divide(x, y)
     if mode == "rn":
-        return r
+        return np.divide(x, y)
     with np.errstate(all="ignore"):
-        res = x.astype(np.float64) - r.astype(np.float64) * y.astype(np.float64)
-        sign = np.sign(res) * np.sign(y.astype(np.float64))
-        sign = np.where(np.isfinite(r), sign, 0)
-    return _directed_from_residual(r, sign, mode)
+        xx, yy = x.astype(np.float64), y.astype(np.float64)
+        q = xx / yy
+        p, e = rnd.two_prod(q, yy)
+        res = (xx - p) - e  # x - p is exact (Sterbenz); the sign of the float sum is the exact one
+        sign = np.sign(res) * np.sign(yy)
+        sign = np.where(np.isfinite(q) & (q != 0) & np.isfinite(sign), sign, 0.0)
+        q = rnd.round_to_odd(q, sign)
+    return rnd.to_f32(q, mode)
 
 
 def sqrt32(x, mode="rn"):

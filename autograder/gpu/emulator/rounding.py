@@ -7,6 +7,9 @@
 """
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 
 F32_CANON_NAN = np.array(0x7FFFFFFF, dtype=np.uint32).view(np.float32)[()]
@@ -128,11 +131,11 @@ def ftz64(x):
 
 
 def saturate(x):
-    """Clamped to [0, 1], NaN to +0."""
+    """Clamped to [0, 1]; NaN and -0.0 (so every negative value) to +0.0, as the H200 does."""
     r = np.clip(x, 0, 1)
-    nan = r != r
-    if nan.any():
-        r = np.where(nan, np.zeros((), dtype=r.dtype), r)
+    zero = (r != r) | (r == 0)
+    if zero.any():
+        r = np.where(zero, np.zeros((), dtype=r.dtype), r)
     return r
 
 
@@ -152,3 +155,171 @@ def f32_to_bf16_bits(x, mode: str = "rn"):
 
 def bf16_bits_to_f32(b):
     return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+# --- exact rounding of rationals (per lane, Python integers): for the rare lanes the vector paths cannot round --
+_FORMATS = {"f32": (24, -126, 127), "f64": (53, -1022, 1023)}
+
+
+def round_rational(q, fmt: str = "f64", mode: str = "rn", zero_negative: bool = False) -> float:
+    """The exact rational ``q`` (int or Fraction) rounded once to ``fmt`` (f32, f64) in ``mode`` (rn rz rm rp),
+    as IEEE 754 does it: at the subnormal quantum below the normal range, overflow to infinity where the mode
+    rounds away from zero and to the largest finite value where it rounds towards zero (rz; rm of a positive,
+    rp of a negative value).  A zero ``q`` gives -0.0 where ``zero_negative``.  Returns a Python float (an f32
+    result is exact in it)."""
+    if q == 0:
+        return -0.0 if zero_negative else 0.0
+    precision, emin, emax = _FORMATS[fmt]
+    neg = q < 0
+    a = -q if neg else q
+    num, den = (a.numerator, a.denominator)
+    e = num.bit_length() - den.bit_length()  # 2**e <= a < 2**(e + 1) after the correction below
+    if (num << max(0, -e)) < (den << max(0, e)):
+        e -= 1
+    quantum = max(e, emin) - (precision - 1)
+    n, d = (num, den << quantum) if quantum >= 0 else (num << -quantum, den)
+    m, rem = divmod(n, d)
+    if rem:
+        if mode == "rn":
+            up = 2 * rem > d or (2 * rem == d and m & 1)
+        elif mode == "rz":
+            up = False
+        elif mode == "rm":
+            up = neg
+        elif mode == "rp":
+            up = not neg
+        else:
+            raise ValueError(mode)
+        m += int(up)
+    if m == 0:
+        return -0.0 if neg else 0.0
+    if m.bit_length() + quantum > emax + 1:  # overflow
+        toward_zero = mode == "rz" or (mode == "rm" and not neg) or (mode == "rp" and neg)
+        big = (2 - 2.0 ** (1 - precision)) * 2.0 ** emax if toward_zero else math.inf
+        return -big if neg else big
+    r = math.ldexp(m, quantum)
+    return -r if neg else r
+
+
+def _exact_zero_negative(mode, sign_a, sign_b, both_zero):
+    """IEEE sign of an exactly zero sum a + b: the operands' sign where both are zeros of one sign, else -0 in
+    rm and +0 otherwise."""
+    if both_zero and sign_a == sign_b:
+        return sign_a
+    return mode == "rm"
+
+
+def fma_exact(x, y, z, mode: str = "rn", fmt: str = "f64"):
+    """x * y + z rounded once, lane by lane in Python integers (slow: for the lanes a vector path cannot round).
+    Infinities and NaNs as IEEE 754 (a finite product overflowing is no infinity: inf - huge product = inf)."""
+    x, y, z = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (x, y, z)))
+    out = np.empty(x.shape, dtype=np.float64)
+    for i, (a, b, c) in enumerate(zip(x.flat, y.flat, z.flat)):
+        a, b, c = float(a), float(b), float(c)
+        if not (math.isfinite(a) and math.isfinite(b)):
+            out.flat[i] = a * b + c
+        elif not math.isfinite(c):
+            out.flat[i] = c
+        else:
+            q = Fraction(a) * Fraction(b) + Fraction(c)
+            sp = math.copysign(1.0, a) * math.copysign(1.0, b) < 0
+            zneg = _exact_zero_negative(mode, sp, math.copysign(1.0, c) < 0, (a == 0 or b == 0) and c == 0)
+            out.flat[i] = round_rational(q, fmt, mode, zneg)
+    return out
+
+
+def add_exact(x, y, mode: str = "rn", fmt: str = "f64"):
+    """x + y rounded once, lane by lane (see :func:`fma_exact`)."""
+    return fma_exact(x, np.float64(1.0), y, mode, fmt)
+
+
+def mul_exact(x, y, mode: str = "rn", fmt: str = "f64"):
+    """x * y rounded once, lane by lane (see :func:`fma_exact`); the sign of a zero product is the operands'."""
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
+    out = np.empty(x.shape, dtype=np.float64)
+    for i, (a, b) in enumerate(zip(x.flat, y.flat)):
+        a, b = float(a), float(b)
+        if not (math.isfinite(a) and math.isfinite(b)):
+            out.flat[i] = a * b
+        else:
+            neg = math.copysign(1.0, a) * math.copysign(1.0, b) < 0
+            out.flat[i] = round_rational(Fraction(a) * Fraction(b), fmt, mode, neg)
+    return out
+
+
+def _fix_lanes(out, suspect, exact, *args):
+    """``out`` with the ``suspect`` lanes replaced by ``exact(*their args)``."""
+    if not np.any(suspect):
+        return out
+    out = np.array(out, dtype=np.float64, copy=True)
+    sel = np.broadcast_to(suspect, out.shape)
+    parts = [np.broadcast_to(np.asarray(a, dtype=np.float64), out.shape)[sel] for a in args]
+    out[sel] = exact(*parts)
+    return out
+
+
+def rm_zero(r, a, b):
+    """Under rm, an exactly zero sum a + b (float64 addends whose float64 sum is zero only where the exact sum
+    is) is -0.0 unless both addends are +0.0 (IEEE 754 6.3); a non-zero sum rounded to zero keeps its sign."""
+    with np.errstate(invalid="ignore"):
+        zero = (r == 0) & (np.asarray(a) + np.asarray(b) == 0)
+    if not np.any(zero):
+        return r
+    plus = (a == 0) & (b == 0) & ~np.signbit(a) & ~np.signbit(b)
+    return np.where(zero, np.where(plus, np.zeros((), r.dtype), -np.zeros((), r.dtype)), r)
+
+
+_TINY_SAFE = 2.0 ** -960  # below it a product's error term (TwoProd) may underflow
+_HUGE_SAFE = 2.0 ** 995   # above it Veltkamp's split overflows
+
+
+def _half_spacing(r):
+    """Half the distance from |r| to the next float64 towards zero (the narrower half of r's rounding interval)."""
+    a = np.abs(r)
+    return (a - np.nextafter(a, 0.0)) * 0.5
+
+
+def add_f64(x, y, mode: str):
+    """float64 x + y in any rounding mode, correctly rounded (TwoSum; overflow and exact zeros lane by lane)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s, e = two_sum(x, y)
+        ok = np.isfinite(s) & np.isfinite(e) & (s != 0)
+        r = directed_f64(s, np.where(ok, e, 0.0), mode)
+    return _fix_lanes(r, ~ok, lambda a, b: add_exact(a, b, mode), x, y)
+
+
+def mul_f64(x, y, mode: str):
+    """float64 x * y in any rounding mode, correctly rounded (TwoProd; under/overflow lane by lane)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        p, e = two_prod(x, y)
+        ax, ay = np.abs(x), np.abs(y)
+        zero = (x == 0) | (y == 0)
+        ok = np.isfinite(p) & (ax < _HUGE_SAFE) & (ay < _HUGE_SAFE) & \
+            (zero | ((np.abs(p) >= _TINY_SAFE) & (ax >= _TINY_SAFE) & (ay >= _TINY_SAFE)))
+        r = directed_f64(p, np.where(ok & ~zero, e, 0.0), mode)
+    return _fix_lanes(r, ~ok, lambda a, b: mul_exact(a, b, mode), x, y)
+
+
+def fma_f64(x, y, z, mode: str = "rn"):
+    """float64 x * y + z rounded once in any mode.
+
+    Vector path: TwoProd, TwoSum, then exact = r + re + te with r = fl(s + t); r (or its neighbour in a directed
+    mode, by the sign of re + te) is the answer wherever |re| + |te| is below half the spacing at r.  The other
+    lanes (near a rounding boundary, under/overflow, zero or non-finite results) are rounded exactly one by one."""
+    x, y, z = (np.asarray(v, dtype=np.float64) for v in (x, y, z))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        p, pe = two_prod(x, y)
+        s, se = two_sum(p, z)
+        t, te = two_sum(pe, se)
+        r, re = two_sum(s, t)
+        ax, ay = np.abs(x), np.abs(y)
+        zero = (x == 0) | (y == 0)
+        ok = np.isfinite(r) & np.isfinite(z) & (r != 0) & (ax < _HUGE_SAFE) & (ay < _HUGE_SAFE) & \
+            (zero | ((np.abs(p) >= _TINY_SAFE) & (ax >= _TINY_SAFE) & (ay >= _TINY_SAFE))) & \
+            (np.abs(re) + np.abs(te) < _half_spacing(r))
+        out = directed_f64(r, np.where(ok, re + te, 0.0), mode)
+    return _fix_lanes(out, ~ok, lambda a, b, c: fma_exact(a, b, c, mode), x, y, z)
