@@ -1096,3 +1096,33 @@ def test_saturation_gives_plus_zero_for_minus_zero_and_negative_values():
     assert bits(apply_form("cvt.sat.f32.f32 %0, %1;", np.float32, x)) == bits(want)
     assert bits(apply_form("mul.rn.sat.f32 %0, %1, %2;", np.float32, x, np.ones(7, np.float32))) == bits(want)
     assert bits(apply_form("add.rn.sat.f32 %0, %1, %2;", np.float32, x, -np.zeros(7, np.float32))) == bits(want)
+
+
+def test_float_to_integer_nan_and_64_bit_results_as_the_h200():
+    """NaN -> 0 from f32 to a 32-bit integer, but the sign-bit pattern from f64 or to a 64-bit integer (unsigned
+    too); 64-bit results saturate at the type's limits."""
+    f64 = np.array([np.nan, 1.0, 2.5, -2.5, 2.0 ** 63, 2.0 ** 64, -2.0 ** 63 - 4096, 1e300, -np.inf, 4503599627370497.0])
+    assert bits(apply_form("cvt.rni.s64.f64 %0, %1;", np.int64, f64)) == \
+        bits(np.array([-2 ** 63, 1, 2, -2, 2 ** 63 - 1, 2 ** 63 - 1, -2 ** 63, 2 ** 63 - 1, -2 ** 63, 4503599627370497],
+                      np.int64))
+    assert bits(apply_form("cvt.rzi.u64.f64 %0, %1;", np.uint64, f64)) == \
+        bits(np.array([2 ** 63, 1, 2, 0, 2 ** 63, 2 ** 64 - 1, 0, 2 ** 64 - 1, 0, 4503599627370497], np.uint64))
+    assert list(apply_form("cvt.rzi.s32.f64 %0, %1;", np.int32, f64[:4])) == [-2 ** 31, 1, 2, -2]
+    assert list(apply_form("cvt.rmi.u32.f64 %0, %1;", np.uint32, f64[:4])) == [2 ** 31, 1, 2, 0]
+    f32 = np.array([np.nan, 1.5, -1.5, 2.0 ** 40], np.float32)
+    assert list(apply_form("cvt.rni.s32.f32 %0, %1;", np.int32, f32)) == [0, 2, -2, 2 ** 31 - 1]
+    assert list(apply_form("cvt.rzi.s64.f32 %0, %1;", np.int64, f32)) == [-2 ** 63, 1, -1, 2 ** 40]
+    assert list(apply_form("cvt.rni.u64.f32 %0, %1;", np.uint64, f32)) == [2 ** 63, 2, 0, 2 ** 40]
+
+
+def test_64_bit_integers_to_float_round_once_in_directed_modes():
+    from fractions import Fraction
+    from autograder.gpu.emulator.rounding import round_rational
+    u = np.array([2 ** 64 - 1, 2 ** 63 + 1, 0xAAAAAAAAAAAAAAAA, 2 ** 53 + 1, 12345], np.uint64)
+    s = np.array([2 ** 63 - 1, -2 ** 63, -(2 ** 53) - 1, -3, 2 ** 62 + 2 ** 38 + 1], np.int64)
+    for mode in ("rz", "rm", "rp", "rn"):
+        for fmt, dt in (("f32", np.float32), ("f64", np.float64)):
+            for x, t in ((u, "u64"), (s, "s64")):
+                got = apply_form(f"cvt.{mode}.{fmt}.{t} %0, %1;", dt, x)
+                want = np.array([round_rational(Fraction(int(v)), fmt, mode) for v in x], dt)
+                assert bits(got) == bits(want), (mode, fmt, t)

@@ -90,19 +90,10 @@ EXPECTED_UNSUPPORTED: set[str] = {  # first run of the emulator on the golden da
 
 #: Forms whose emulated output differs from the H200's today, each group with what is known.  A test of one
 #: of them is expected to fail (strict: a form that starts matching must leave the set).  Shrink it.
-F2I64 = 'f64 -> integer: NaN converts to INT_MIN (0x80000000 / 0x8000000000000000) on the H200, and the emulator gets 64-bit results wrong (1.0 -> 0)'
-I2F = '64-bit integer -> float with rz/rm/rp: the emulator rounds twice (through float64); round once, exactly'
 DIVAPPROX = 'div.approx.f32 is a * rcp(b) (PTX ISA): for 2^126 < |b| < 2^128 the result is 0 (a finite) or NaN (a infinite), subnormal results flush'
 FUSE = "mul.f32 + add.f32 in one asm block: the H200 did not fuse them in 20 of 512 elements (1 ulp); the emulator's contraction rule (always fuse) is wrong here"
 APPROX = 'approximations at special inputs: the H200 flushes subnormal inputs/outputs and returns 0 or NaN where the emulator computes in float64 (sin/cos of huge or subnormal x, rcp.approx.ftz.f64 of inf/0)'
 KNOWN_MISMATCHES: dict[str, str] = {
-    'cvt.rmi.u32.f64': F2I64,
-    'cvt.rni.s64.f64': F2I64,
-    'cvt.rzi.s32.f64': F2I64,
-    'cvt.rzi.u64.f64': F2I64,
-    'cvt.rm.f32.s64': I2F,
-    'cvt.rp.f64.u64': I2F,
-    'cvt.rz.f32.u64': I2F,
     'div.approx.f32': DIVAPPROX,
     'div.approx.ftz.f32': DIVAPPROX,
     'mul.f32+add.f32 (ptxas may fuse)': FUSE,
@@ -115,8 +106,6 @@ KNOWN_MISMATCHES: dict[str, str] = {
     "bfe.u64": "as bfe.s64",
     "bfi.b64": "as bfe.s64",
     "testp.normal.f32": "not investigated yet: elements 0 and 1 differ (the H200 says 1)",
-    "cvt.rni.u64.f32": "not investigated yet: f32 -> 64-bit integer",
-    "cvt.rzi.s64.f32": "as cvt.rni.u64.f32",
 }
 
 #: Per-form changes of the manifest's tolerance: name -> (dict merged into the tolerance, why).

@@ -51,45 +51,53 @@ _FRND = ("rn", "rz", "rm", "rp")
 _ROUND_INT = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
 
 
+def _residual_sign(x, r, at):
+    """Sign of x - r per lane, exactly: x a 64-bit integer array, r its float64 rounding (RN)."""
+    signed = is_signed(at)
+    with np.errstate(invalid="ignore", over="ignore"):
+        top = r >= (2.0 ** 63 if signed else 2.0 ** 64)  # only 2**63 (2**64) itself: above every x
+        back = np.where(top, 0.0, r).astype(SIGNED[64] if signed else UNSIGNED[64])
+    return np.where(top, -1.0, np.where(x > back, 1.0, np.where(x < back, -1.0, 0.0)))
+
+
 def _int_to_float(x, at, dt, mode):
-    """Integer array -> float of type dt, rounded in mode (rn rz rm rp)."""
+    """Integer array -> float of type dt, rounded once in mode (rn rz rm rp)."""
     x = np.asarray(x)
     if dt == "f64":
         r = x.astype(np.float64)
         if TYPE_BITS[at] < 64 or mode == "rn":
             return r
-        # the exact residual, in integers (saturated where r is 2**63 or 2**64)
-        back = np.where(np.abs(r) >= 9.2e18, x, r.astype(SIGNED[64] if is_signed(at) else UNSIGNED[64]))
-        e = np.where(x > back, 1.0, np.where(x < back, -1.0, 0.0))
-        return rnd.directed_f64(r, e, mode)
+        return rnd.directed_f64(r, _residual_sign(x, r, at), mode)
     if dt == "f16":
         r32 = _int_to_float(x, at, "f32", mode)
         if mode != "rn":
             raise Unsupported(f"cvt.{mode}.f16 from an integer")
         return r32.astype(np.float16)
     r = x.astype(np.float64)
-    if TYPE_BITS[at] == 64:
-        back = np.where(np.abs(r) >= 9.2e18, x, r.astype(SIGNED[64] if is_signed(at) else UNSIGNED[64]))
-        e = np.where(x > back, 1.0, np.where(x < back, -1.0, 0.0))
-        r = rnd.round_to_odd(r, e)
+    if TYPE_BITS[at] == 64:  # float64 rounded to odd, then once to float32 (53 >= 24 + 2 bits)
+        r = rnd.round_to_odd(r, _residual_sign(x, r, at))
     return rnd.to_f32(r, mode)
 
 
-def _float_to_int(x, dt, mode):
-    """Float -> integer type dt, rounded by mode (rni rzi rmi rpi), saturated, NaN -> 0."""
+def _float_to_int(x, dt, mode, at="f32"):
+    """Float -> integer type dt, rounded by mode (rni rzi rmi rpi) and saturated.  NaN: 0, except from an f64
+    source or to a 64-bit integer, where the H200 gives the sign-bit pattern (0x80000000, 0x8000000000000000;
+    for unsigned types too)."""
     x = np.asarray(x, dtype=np.float64)
     r = _ROUND_INT[mode](x)
+    bits = TYPE_BITS[dt]
     info = np.iinfo(DTYPE[dt])
     with np.errstate(invalid="ignore"):
-        r = np.where(np.isnan(r), 0.0, r)
-        if TYPE_BITS[dt] == 64:
-            hi = np.where(r >= float(info.max), True, False)
-            lo = r <= float(info.min)
-            out = np.clip(r, float(info.min), float(info.max) if not hi.any() else 0.0).astype(DTYPE[dt])
-            out = np.where(hi, np.array(info.max, dtype=DTYPE[dt]), out)
-            out = np.where(lo, np.array(info.min, dtype=DTYPE[dt]), out)
-            return out
-        return np.clip(r, info.min, info.max).astype(DTYPE[dt])
+        nan = np.isnan(r)
+        hi = r >= float(info.max) + 1.0  # 2**31, 2**32, 2**63, 2**64: exact in float64
+        lo = r < float(info.min)
+        out = np.where(nan | hi | lo, 0.0, r).astype(DTYPE[dt])
+    out = np.where(hi, np.array(info.max, dtype=DTYPE[dt]), out)
+    out = np.where(lo, np.array(info.min, dtype=DTYPE[dt]), out)
+    if nan.any():
+        pattern = 1 << (bits - 1) if (at == "f64" or bits == 64) and bits >= 32 else 0  # 8/16 bits: not measured
+        out = np.where(nan, np.array(pattern, dtype=UNSIGNED[bits]).view(DTYPE[dt]), out)
+    return out
 
 
 @opcode("cvt")
@@ -148,7 +156,7 @@ def build_cvt(ins, c):
             raise Unsupported(f"cvt.{dt}.{at} without .rni/.rzi/.rmi/.rpi")
 
         def convert(x):
-            return _float_to_int(pre(x), dt, rmode)
+            return _float_to_int(pre(x), dt, rmode, at)
     elif dfloat:
         if rmode not in _FRND:
             raise Unsupported(f"cvt.{dt}.{at} without .rn/.rz/.rm/.rp")
