@@ -1126,3 +1126,14 @@ def test_64_bit_integers_to_float_round_once_in_directed_modes():
                 got = apply_form(f"cvt.{mode}.{fmt}.{t} %0, %1;", dt, x)
                 want = np.array([round_rational(Fraction(int(v)), fmt, mode) for v in x], dt)
                 assert bits(got) == bits(want), (mode, fmt, t)
+
+
+def test_div_approx_is_a_times_the_flushed_reciprocal():
+    """PTX ISA: div.approx.f32 is a * (1/b); for 2^126 < |b| < 2^128 the result is 0 (or NaN for infinite a)."""
+    a = np.array([1.0, -831.7, np.inf, F32_MAX, 2.0 ** -149, -(2.0 ** -126), 6.0, 0.0], np.float32)
+    b = np.array([F32_MAX, 1.5e38, F32_MAX, F32_MAX, 2.0 ** -149, 2.0 ** -149, 3.0, 2.0 ** -149], np.float32)
+    want = np.array([0.0, -0.0, np.nan, 0.0, 1.0, -(2.0 ** 23), 2.0, 0.0], np.float32)
+    got = apply_form("div.approx.f32 %0, %1, %2;", np.float32, a, b)
+    assert bits(got[[0, 1, 3, 4, 5, 6, 7]]) == bits(want[[0, 1, 3, 4, 5, 6, 7]]) and np.isnan(got[2])
+    got = apply_form("div.approx.ftz.f32 %0, %1, %2;", np.float32, a, b)  # a subnormal b is 0: a / 0
+    assert bits(got[[0, 1, 3, 6]]) == bits(want[[0, 1, 3, 6]]) and np.isnan(got[[2, 4, 7]]).all() and got[5] == -np.inf

@@ -197,6 +197,24 @@ def div32(x, y, mode="rn"):
     return rnd.to_f32(q, mode)
 
 
+_TWO24 = np.float32(2.0 ** 24)
+
+
+def div_approx32(x, y, ftz=False):
+    """div.approx.f32: x * rcp(y) (PTX ISA), the reciprocal rounded once to float32 and flushed, so that for
+    2^126 < |y| < 2^128 the quotient is 0 (x finite) or NaN (x infinite).  Without .ftz a subnormal y is first
+    scaled by 2^24 (and the quotient back), as the H200's code does: 1 / 2^-149 is 2^149 -> inf, but
+    2^-149 / 2^-149 is 1."""
+    x = np.asarray(x, dtype=np.float32)
+    y = np.asarray(y, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        small = np.zeros(y.shape, bool) if ftz else (y != 0) & (np.abs(y) < rnd.F32_MIN_NORMAL)
+        yy = np.where(small, y * _TWO24, y) if np.any(small) else y
+        rc = rnd.ftz32((1.0 / yy.astype(np.float64)).astype(np.float32))
+        r = x * rc
+        return np.where(small, r * _TWO24, r) if np.any(small) else r
+
+
 def sqrt32(x, mode="rn"):
     x = np.asarray(x, dtype=np.float32)
     r = np.sqrt(x)
@@ -217,7 +235,12 @@ def build_div(ins, c):
     d = c.dst(ins.operands[0], t)
     a, b = _inputs(t, mods, [c.src(o, t) for o in ins.operands[1:3]])
     fin = _finish(t, mods)
-    if t == "f32":
+    if t == "f32" and "approx" in mods:
+        ftz = "ftz" in mods
+
+        def run(m):
+            d(fin(div_approx32(a(), b(), ftz)), m)
+    elif t == "f32":
         def run(m):
             d(fin(div32(a(), b(), mode)), m)
     else:
