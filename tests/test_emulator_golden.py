@@ -90,10 +90,8 @@ EXPECTED_UNSUPPORTED: set[str] = {  # first run of the emulator on the golden da
 
 #: Forms whose emulated output differs from the H200's today, each group with what is known.  A test of one
 #: of them is expected to fail (strict: a form that starts matching must leave the set).  Shrink it.
-FUSE = "mul.f32 + add.f32 in one asm block: the H200 did not fuse them in 20 of 512 elements (1 ulp); the emulator's contraction rule (always fuse) is wrong here"
 APPROX = 'approximations at special inputs: the H200 flushes subnormal inputs/outputs and returns 0 or NaN where the emulator computes in float64 (sin/cos of huge or subnormal x, rcp.approx.ftz.f64 of inf/0)'
 KNOWN_MISMATCHES: dict[str, str] = {
-    'mul.f32+add.f32 (ptxas may fuse)': FUSE,
     'cos.approx.ftz.f32': APPROX,
     'sin.approx.f32': APPROX,
     'sin.approx.ftz.f32': APPROX,
