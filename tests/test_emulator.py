@@ -1149,3 +1149,30 @@ def test_a_mul_add_pair_in_one_inline_asm_block_with_a_scoped_register_is_fused(
     assert bits(apply_form(asm, np.float32, a, b, c)) == bits(fma32(a, b, c))
     assert bits(apply_form(asm, np.float32, a, b, c, contract=False)) == bits(a * b + c)
     assert bits(fma32(a, b, c)) != bits(a * b + c)
+
+
+def test_sin_and_cos_approx_reduce_the_argument_as_the_h200():
+    """t = x * float32(1/2pi) rounded toward zero, its fraction in 25-bit fixed point, one's complement in the odd
+    quarter turns: every zero and its sign as the H200 gave them (golden data and a 274,016-input probe)."""
+    x = np.array([np.pi, -np.pi, -0.0, 1e-8, -12.566372, 1e30, 8388609.0, 2.0 ** -149, -(2.0 ** -149)], np.float32)
+    s = apply_form("sin.approx.f32 %0, %1;", np.float32, x)
+    assert bits(s) == bits(np.array([0.0, -0.0, -0.0, 0.0, -0.0, 0.0, -0.0, 0.0, -0.0], np.float32))
+    x = np.array([1.5707964, -1.5707963, -1.5707965, 1e30, -10.995575], np.float32)
+    c = apply_form("cos.approx.ftz.f32 %0, %1;", np.float32, x)
+    assert bits(c) == bits(np.array([0.0, 0.0, -0.0, 1.0, 0.0], np.float32))
+    # near zero the argument is truncated to multiples of 2^-25 turns: sin(x) = 2pi * k * 2^-25
+    k = np.array([3.4, -1.08, 58.15])
+    s = apply_form("sin.approx.f32 %0, %1;", np.float32, (k * 2 * np.pi * 2.0 ** -25).astype(np.float32))
+    assert np.allclose(s, np.trunc(k) * 2 * np.pi * 2.0 ** -25, rtol=1e-6)
+    # far outside [-pi, pi] the float32 turn is what is left: 2^23 * float32(1/2pi) is 1335088.375 turns (exact
+    # in float32), so sin(2^23) is sin(0.75 pi) (the H200: 0x3f3504f3), not sin(2^23) = 0.432
+    assert abs(apply_form("sin.approx.f32 %0, %1;", np.float32, np.array([2.0 ** 23], np.float32))[0]
+               - np.sqrt(0.5)) < 1e-6
+
+
+def test_rcp_approx_ftz_f64_uses_the_high_word():
+    x = np.array([0x7FF0000000000001, 0x3FF8000000000000, 0x000FFFFFFFFFFFFF, 0x7FEFFFFFFFFFFFFF, 0x8000000000000001,
+                  0x400921FB54442D18], np.uint64).view(np.float64)
+    r = apply_form("rcp.approx.ftz.f64 %0, %1;", np.float64, x)
+    assert bits(r) == ["0x0", "0x3fe5555500000000", "0x7ff0000000000000", "0x0", "0xfff0000000000000",
+                       "0x3fd45f3000000000"]
