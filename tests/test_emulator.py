@@ -1176,3 +1176,54 @@ def test_rcp_approx_ftz_f64_uses_the_high_word():
     r = apply_form("rcp.approx.ftz.f64 %0, %1;", np.float64, x)
     assert bits(r) == ["0x0", "0x3fe5555500000000", "0x7ff0000000000000", "0x0", "0xfff0000000000000",
                        "0x3fd45f3000000000"]
+
+
+def test_64_bit_bit_fields_take_the_whole_position_and_length():
+    """bfe/bfi.b64 on the H200 use all 32 bits of pos and len (the 32-bit forms only their low bytes, PTX ISA)."""
+    a = np.array([0x123456789ABCDEF0, 0x100000000, 0xAAAAAAAAAAAAAAAA, 0x8000000000000001, 0xF0], np.uint64)
+    pos = np.array([0x100, 0, 0x101, 0x1F, 4], np.uint32)
+    ln = np.array([0xFFFFFFFF, 0x100, 0xF, 0x101, 4], np.uint32)
+    assert bits(apply_form("bfe.u64 %0, %1, %2, %3;", np.uint64, a, pos, ln)) == \
+        ["0x0", "0x100000000", "0x0", "0x100000000", "0xf"]
+    assert bits(apply_form("bfe.s64 %0, %1, %2, %3;", np.int64, a.view(np.int64), pos, ln)) == \
+        ["0x0", "0x100000000", "0xffffffffffffffff", "0xffffffff00000000", "0xffffffffffffffff"]
+    base = np.array([0x80000000, 0xAAAAAAAAAAAAAAAA, 0x123456789ABCDEF0, 0xFFFFFFFF, 0], np.uint64)
+    ins = np.array([0x7FFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFE, 2, 0x100000000, 5], np.uint64)
+    pos = np.array([0x3F, 0x101, 8, 0x100, 60], np.uint32)
+    ln = np.array([0x100, 0x18, 0x101, 0x40, 8], np.uint32)
+    assert bits(apply_form("bfi.b64 %0, %1, %2, %3, %4;", np.uint64, ins, base, pos, ln)) == \
+        ["0x8000000080000000", "0xaaaaaaaaaaaaaaaa", "0x2f0", "0xffffffff", "0x5000000000000000"]
+    assert list(apply_form("bfe.u32 %0, %1, %2, %3;", np.uint32, np.full(2, 0xF0, np.uint32),
+                           np.array([0x104, 4], np.uint32), np.array([0x104, 4], np.uint32))) == [0xF, 0xF]
+
+
+def test_testp_normal_f32_of_zero_is_true_on_the_h200():
+    x = np.array([0.0, -0.0, 1.0, 1e-40, np.inf, np.nan, np.finfo(np.float32).tiny], np.float32)
+    got = apply_form("{ .reg .pred p; testp.normal.f32 p, %1; selp.u32 %0, 1, 0, p; }", np.uint32, x)
+    assert list(got) == [1, 1, 1, 0, 0, 0, 1]
+
+
+ATOMIC_SUBNORMALS = r'''
+extern "C" __global__ void atomics(float* g, const float* a, float* s_out)
+{
+    __shared__ float s[8];
+    int i = threadIdx.x;
+    s[i] = g[i];
+    __syncthreads();
+    atomicAdd(&s[i], a[i]);
+    asm volatile("red.global.add.f32 [%0], %1;" :: "l"(g + i), "f"(a[i]) : "memory");
+    __syncthreads();
+    s_out[i] = s[i];
+}
+'''
+
+
+def test_global_float_atomic_add_flushes_subnormals_and_shared_does_not():
+    sub = np.float32(2.0 ** -149)
+    g = np.array([sub, -sub, 1.0, sub, 0.0, -0.0, np.float32(1e-39), 3.0], np.float32)
+    a = np.array([0.0, 0.0, 0.0, sub, sub, -sub, 0.0, 0.5], np.float32)
+    s_out = np.zeros(8, np.float32)
+    g0 = g.copy()
+    run(ATOMIC_SUBNORMALS, "atomics", 1, 8, [g, a, s_out])
+    assert bits(g) == bits(np.array([0.0, 0.0, 1.0, 0.0, 0.0, -0.0, 0.0, 3.5], np.float32))
+    assert bits(s_out) == bits((g0 + a).astype(np.float32))

@@ -90,12 +90,7 @@ EXPECTED_UNSUPPORTED: set[str] = {  # first run of the emulator on the golden da
 
 #: Forms whose emulated output differs from the H200's today, each group with what is known.  A test of one
 #: of them is expected to fail (strict: a form that starts matching must leave the set).  Shrink it.
-KNOWN_MISMATCHES: dict[str, str] = {
-    "atom.global.add.f32": "subnormals: the H200 gives 0 where the emulator keeps 0x1 / 0x807fffff (atom.add.f32 flushes them)",
-    "bfe.s64": "not investigated yet: 77 of 512 differ (64-bit bit-field forms)",
-    "bfe.u64": "as bfe.s64",
-    "bfi.b64": "as bfe.s64",
-    "testp.normal.f32": "not investigated yet: elements 0 and 1 differ (the H200 says 1)",
+KNOWN_MISMATCHES: dict[str, str] = {  # empty since the data of 2026-12-02 05:30 (the first with real f32/f64)
 }
 
 #: Per-form changes of the manifest's tolerance: name -> (dict merged into the tolerance, why).

@@ -304,9 +304,14 @@ def _low_ones(n):
     return np.where(n >= 64, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << np.minimum(n, np.uint64(63))) - np.uint64(1))
 
 
-def _position_and_length(pos_, len_):
-    """bfe/bfi's position and length operands: their low bytes, as uint64."""
-    return (np.asarray(pos_()).astype(np.uint64) & np.uint64(0xFF), np.asarray(len_()).astype(np.uint64) & np.uint64(0xFF))
+def _position_and_length(pos_, len_, bits=32):
+    """bfe/bfi's position and length operands as uint64: their low bytes (PTX ISA) for 32-bit types; for 64-bit
+    types the whole u32 values, as the H200 computes them (ptxas emulates the 64-bit forms; its code does not
+    mask: pos 0x100 is past bit 63, len 0x100 is everything, in all 512 golden elements)."""
+    p, n = np.asarray(pos_()).astype(np.uint64), np.asarray(len_()).astype(np.uint64)
+    if bits == 64:
+        return p, n
+    return p & np.uint64(0xFF), n & np.uint64(0xFF)
 
 
 @opcode("bfe", family="int")
@@ -320,7 +325,7 @@ def build_bfe(ins, c):
     def run(m):
         x = np.asarray(a()).view(UNSIGNED[bits]).astype(np.uint64) if np.ndim(a()) else \
             np.array(a()).view(UNSIGNED[bits]).astype(np.uint64)
-        p, n = _position_and_length(pos_, len_)
+        p, n = _position_and_length(pos_, len_, bits)
         p_c = np.minimum(p, np.uint64(bits))
         field = np.where(p_c >= bits, np.uint64(0), x >> np.minimum(p_c, np.uint64(bits - 1)))
         nn = np.minimum(n, np.uint64(bits))
@@ -343,7 +348,7 @@ def build_bfi(ins, c):
     def run(m):
         x = np.asarray(a()).astype(np.uint64)
         y = np.asarray(b()).astype(np.uint64)
-        p, n = _position_and_length(pos_, len_)
+        p, n = _position_and_length(pos_, len_, bits)
         field = _low_ones(np.minimum(n, np.uint64(64)))
         inside = p < bits
         mask = np.where(inside, field << np.minimum(p, np.uint64(bits - 1)), np.uint64(0))

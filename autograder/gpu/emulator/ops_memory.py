@@ -10,6 +10,7 @@ import numpy as np
 from .errors import Unsupported
 from .program import DTYPE, PLAIN, SIGNED, UNSIGNED, Op, is_signed, opcode
 from .ptx import TYPE_BITS
+from .rounding import ftz32
 
 _SPACES = ("param", "global", "shared", "local", "const")
 _IGNORED = {"weak", "volatile", "relaxed", "acquire", "release", "acq_rel", "sys", "gpu", "cta", "cluster", "nc",
@@ -212,6 +213,8 @@ def _atomic(ins, c, returns):
     cv = _getter_raw(c, ops[k + 2], t) if op == "cas" else None
     set_old = _setter_at(c, ops[0], t) if returns else None
     machine = c.m
+    # global atom.add.f32 flushes subnormals (H200, PTX ISA); shared memory keeps them (H200); generic: not measured
+    flush = op == "add" and t == "f32" and space == "global"
 
     def run(m):
         idx = _lanes(machine, m)
@@ -253,7 +256,10 @@ def _atomic(ins, c, returns):
             for r in range(rounds):
                 sel = order[rank == r]
                 old = machine.atomic_io(space, idx[sel], a[sel], size, ins)
-                new = _apply(op, t, old.view(dt), bv[sel], cvv[sel] if cvv is not None else None)
+                if flush:  # atom.add.f32 in global memory flushes subnormal inputs and results (H200; PTX ISA)
+                    new = ftz32(np.add(ftz32(old.view(dt)), ftz32(bv[sel]), dtype=dt))
+                else:
+                    new = _apply(op, t, old.view(dt), bv[sel], cvv[sel] if cvv is not None else None)
                 machine.atomic_io(space, idx[sel], a[sel], size, ins, np.asarray(new, dtype=dt).view(u))
                 old_all[sel] = old
         if set_old is not None:
