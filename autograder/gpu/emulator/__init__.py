@@ -8,19 +8,31 @@ memory, divergent barriers and warp collectives, instructions it cannot emulate.
 
 Where the emulator can differ from a GPU (each is a place a later session may tighten):
 
-* Approximate instructions (ex2/lg2/rsqrt/sin/cos/tanh/sqrt.approx/rcp.approx/div.approx/div.full) are computed
-  in float64 and rounded once: a GPU is 1-2 ulp off on part of the inputs (ex2.approx.f32: 49 % exact, rsqrt
-  78 %, measured on the H200 in ../shared/EMULATOR.md), so bits differ there, values stay within the GPU's bound.
+* Approximate instructions (ex2/lg2/rsqrt/tanh/sqrt.approx/rcp.approx.f32/div.full) are computed in float64 and
+  rounded once: a GPU is 1-2 ulp off on part of the inputs (ex2.approx.f32: 49 % exact, rsqrt 78 %, measured on
+  the H200 in ../shared/EMULATOR.md), so bits differ there, values stay within the GPU's bound.  Modelled on the
+  H200 (docs/emulator-golden.md), so zeros, signs and specials are its own: ``sin``/``cos.approx.f32`` (its
+  range reduction and 25-bit fixed-point turn; values within 1.8e-7 of its own), ``div.approx.f32`` (a times
+  the flushed reciprocal: 0 or NaN for |b| > 2^126), ``rcp.approx.ftz.f64`` (the high word's reciprocal,
+  truncated to the high word: 487 of 512 golden elements bit-equal, the rest one high-word unit off).
 * ``mul.f32`` whose only use is a following ``add.f32``/``sub.f32`` of the same basic block is run as one FMA, as
-  ptxas contracts it (../shared/EMULATOR.md: the H200 fused such pairs in 100 % of elements); ptxas's own rule
-  is not documented, so a pair it leaves unfused (or fuses across blocks) differs by one rounding.  This NVRTC
-  (13.5) leaves no such pair in the PTX of lessons 06, 07, 08 (both steps) and 11: NVVM contracts them itself.
+  ptxas contracts it (the H200 fused such pairs in 100 % of elements: ../shared/EMULATOR.md, and all 512 of the
+  golden pair, an inline-asm block whose product sits in a scoped register); ptxas's own rule is not documented,
+  so a pair it leaves unfused (or fuses across blocks) differs by one rounding.  This NVRTC (13.5) leaves no such
+  pair in the PTX of lessons 06, 07, 08 (both steps), 09 and 11: NVVM contracts them itself.
   ``launch(contract=False)`` runs the PTX as written.
 * cp.async reads its global source when issued, not when the copy lands (a source written in between differs).
 * Shared-memory races: ``bar.warp.sync`` orders same-warp pairs by a per-lane count of the syncs each lane took
   part in (exact for full-mask ``__syncwarp()``, approximate for partial masks); the readers of a granule in one
   epoch are summarised as (a reader, several readers?, several warps?, the latest warp-sync count).
-* ``fma.rn.f64`` is TwoProd + TwoSum: correctly rounded except in rare cancellations (one ulp).
+* f32 and f64 add/sub/mul/fma (and div/rcp/sqrt.f32) are correctly rounded in every mode, as on the H200
+  (overflow to the largest finite value where the mode rounds towards it, -0.0 for an exact zero sum under rm);
+  f64 lanes near a rounding boundary, at under- or overflow or with a zero result are rounded one by one in
+  Python integers (slow, but rare).  ``div.rz/rm/rp.f64`` are not implemented.
+* H200 behaviour the PTX ISA does not state, followed: float -> integer NaN is 0 from f32 to 32 bits but the
+  sign-bit pattern from f64 or to 64 bits (8- and 16-bit results: not measured, 0); ``testp.normal.f32`` of +-0 is
+  true (f64: not measured, false); 64-bit ``bfe``/``bfi`` use the whole u32 position and length;
+  ``atom.global.add.f32`` flushes subnormals, shared memory does not (generic addresses: not measured, kept).
 * NaN results of float arithmetic are the canonical 0x7fffffff / 0x7ff8...; NaN payloads are not propagated.
 * ``min``/``max`` of -0.0 and +0.0 order -0.0 below +0.0.
 * Integer division by zero gives all ones (quotient) and the dividend (remainder); PTX leaves it undefined.

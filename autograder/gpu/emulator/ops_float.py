@@ -3,8 +3,9 @@
 
 Exact where PTX is exact: add/sub/mul/div.rn/sqrt.rn/rcp.rn through NumPy (IEEE), fma.rn.f32 rounded once
 (exact float64 product, TwoSum, round to odd, then to float32).  Directed modes of add/sub/mul/fma f32 are
-exact too.  Approximations (ex2, lg2, rsqrt, sin, cos, tanh, div.approx, div.full, rcp.approx, sqrt.approx) are
-computed in float64 and rounded once: a GPU is within its documented ulps of these, not bit-equal.
+exact too.  Approximations (ex2, lg2, rsqrt, tanh, div.full, rcp.approx.f32, sqrt.approx) are computed in
+float64 and rounded once: a GPU is within its documented ulps of these, not bit-equal.  sin/cos.approx,
+div.approx.f32 and rcp.approx.ftz.f64 follow the H200's own reduction, flushing and special values.
 f64 add/sub/mul/fma in every mode are correctly rounded: TwoSum/TwoProd on the vector path, and the lanes near a
 rounding boundary, at under- or overflow or with a zero result exactly, in Python integers (rounding.fma_f64).
 """
