@@ -16,8 +16,8 @@ The rule (:func:`mismatches`):
 * approximate forms (the manifest's ``compare: approx``: ex2/lg2/rsqrt/sin/cos/tanh/rcp.approx/sqrt.approx/
   div.approx/div.full, the f64 approximations, mma with f32 or f16 accumulation): zeros, infinities and NaNs
   exactly as above; a finite result within ``ulp`` units in the last place of the GPU's, or within ``abs``
-  (sin, cos, lg2: the PTX ISA bounds those by an absolute error; outside [-pi, pi] sin and cos get
-  ``abs_per_input * |x|`` more, for the GPU's range reduction); mma: per warp within
+  (sin, cos, lg2: the PTX ISA bounds those by an absolute error; a bound may add ``abs_per_input * |x|`` beyond
+  ``abs_within``, none does since the emulator follows the H200's sin/cos range reduction); mma: per warp within
   ``rel * (K * max|a| * max|b| + max|c|)`` of the GPU (the tensor cores truncate in their f32 accumulation).
   :data:`TOLERANCE_OVERRIDES` may tighten or widen a form's bound: each entry says why.
 
