@@ -88,52 +88,12 @@ EXPECTED_UNSUPPORTED: set[str] = {  # first run of the emulator on the golden da
 
 #: Forms whose emulated output differs from the H200's today, each group with what is known.  A test of one
 #: of them is expected to fail (strict: a form that starts matching must leave the set).  Shrink it.
-F64 = ("f64 family: the H200 gives -0.0 (0x8000000000000000) where the emulator gives +0.0, even for abs.f64 "
-       "of inf; the f64 micro-kernels of benchmarks/emulator_golden.py are the first suspect")
 KNOWN_MISMATCHES: dict[str, str] = {
-    "abs.f64": F64,
-    "add.f64": F64,
-    "add.rm.f64": F64,
-    "add.rn.f64": F64,
-    "add.rp.f64": F64,
-    "add.rz.f64": F64,
-    "cvt.f64.f16": F64,
-    "cvt.f64.f32": F64,
-    "cvt.ftz.f64.f32": F64,
-    "cvt.rmi.u32.f64": F64,
-    "cvt.rn.f64.s32": F64,
-    "cvt.rn.f64.s64": F64,
-    "cvt.rni.f64.f64": F64,
-    "cvt.rni.s64.f64": F64,
-    "cvt.rp.f64.u64": F64,
-    "cvt.rzi.s32.f64": F64,
-    "cvt.rzi.u64.f64": F64,
-    "div.rn.f64": F64,
-    "fma.rm.f64": F64,
-    "fma.rn.f64": F64,
-    "fma.rp.f64": F64,
-    "fma.rz.f64": F64,
-    "max.f64": F64,
-    "min.f64": F64,
-    "mul.f64": F64,
-    "mul.rm.f64": F64,
-    "mul.rn.f64": F64,
-    "mul.rp.f64": F64,
-    "mul.rz.f64": F64,
-    "neg.f64": F64,
-    "rcp.approx.ftz.f64": F64,
-    "rcp.rn.f64": F64,
-    "rsqrt.approx.f64": F64,
-    "selp.f64": F64,
-    "sqrt.rn.f64": F64,
-    "sub.rn.f64": F64,
     "atom.global.add.f32": "subnormals: the H200 gives 0 where the emulator keeps 0x1 / 0x807fffff (atom.add.f32 flushes them)",
     "bfe.s64": "not investigated yet: 77 of 512 differ (64-bit bit-field forms)",
     "bfe.u64": "as bfe.s64",
     "bfi.b64": "as bfe.s64",
     "testp.normal.f32": "not investigated yet: elements 0 and 1 differ (the H200 says 1)",
-    "cvt.rni.u64.f32": "not investigated yet: f32 -> 64-bit integer",
-    "cvt.rzi.s64.f32": "as cvt.rni.u64.f32",
 }
 
 #: Per-form changes of the manifest's tolerance: name -> (dict merged into the tolerance, why).

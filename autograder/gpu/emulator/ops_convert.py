@@ -75,21 +75,32 @@ def _int_to_float(x, at, dt, mode):
     return rnd.to_f32(r, mode)
 
 
-def _float_to_int(x, dt, mode):
-    """Float -> integer type dt, rounded by mode (rni rzi rmi rpi), saturated, NaN -> 0."""
+def _nan_as_int(at, dt):
+    """What the H200 converts a NaN to (golden data): 0 from f32 (and narrower) into up to 32 bits, else the
+    destination's sign bit alone (0x80000000 from f64, 0x8000000000000000 into 64 bits)."""
+    bits = TYPE_BITS[dt]
+    if at != "f64" and bits <= 32:
+        return np.zeros((), dtype=DTYPE[dt])
+    return np.array(1 << (bits - 1), dtype=UNSIGNED[bits]).view(DTYPE[dt])[()]
+
+
+def _float_to_int(x, at, dt, mode):
+    """Float (of type at) -> integer type dt, rounded by mode (rni rzi rmi rpi), saturated; NaN as
+    :func:`_nan_as_int`."""
     x = np.asarray(x, dtype=np.float64)
     r = _ROUND_INT[mode](x)
     info = np.iinfo(DTYPE[dt])
-    with np.errstate(invalid="ignore"):
-        r = np.where(np.isnan(r), 0.0, r)
-        if TYPE_BITS[dt] == 64:
-            hi = np.where(r >= float(info.max), True, False)
-            lo = r <= float(info.min)
-            out = np.clip(r, float(info.min), float(info.max) if not hi.any() else 0.0).astype(DTYPE[dt])
-            out = np.where(hi, np.array(info.max, dtype=DTYPE[dt]), out)
-            out = np.where(lo, np.array(info.min, dtype=DTYPE[dt]), out)
-            return out
-        return np.clip(r, info.min, info.max).astype(DTYPE[dt])
+    nan = np.isnan(r)
+    r = np.where(nan, 0.0, r)
+    if TYPE_BITS[dt] < 64:
+        out = np.clip(r, info.min, info.max).astype(DTYPE[dt])
+    else:
+        top = 2.0 ** 64 if info.min == 0 else 2.0 ** 63  # the first value past the range (exact in float64)
+        inside = (r < top) & (r >= float(info.min))
+        out = np.where(inside, r, 0.0).astype(DTYPE[dt])
+        out = np.where(r >= top, np.array(info.max, dtype=DTYPE[dt]), out)
+        out = np.where(r < float(info.min), np.array(info.min, dtype=DTYPE[dt]), out)
+    return np.where(nan, _nan_as_int(at, dt), out) if nan.any() else out
 
 
 @opcode("cvt")
@@ -148,7 +159,7 @@ def build_cvt(ins, c):
             raise Unsupported(f"cvt.{dt}.{at} without .rni/.rzi/.rmi/.rpi")
 
         def convert(x):
-            return _float_to_int(pre(x), dt, rmode)
+            return _float_to_int(pre(x), at, dt, rmode)
     elif dfloat:
         if rmode not in _FRND:
             raise Unsupported(f"cvt.{dt}.{at} without .rn/.rz/.rm/.rp")
