@@ -1,5 +1,6 @@
 """Moves and conversions: mov (incl. packing and unpacking vectors), cvt (int<->int, int<->float with every
-rounding mode, float<->float, .sat, .ftz, f16, bf16), cvta (generic <-> state-space addresses)."""
+rounding mode, float<->float, .sat, .ftz; f16, bf16, f16x2, bf16x2 and tf32 with every rounding mode, .relu),
+cvta (generic <-> state-space addresses)."""
 from __future__ import annotations
 
 import numpy as np
@@ -52,7 +53,7 @@ _ROUND_INT = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
 
 
 def _int_to_float(x, at, dt, mode):
-    """Integer array -> float of type dt, rounded in mode (rn rz rm rp)."""
+    """Integer array -> float of type dt, rounded in mode (rn rz rm rp); f16 and bf16 as raw bits."""
     x = np.asarray(x)
     if dt == "f64":
         r = x.astype(np.float64)
@@ -62,16 +63,13 @@ def _int_to_float(x, at, dt, mode):
         back = np.where(np.abs(r) >= 9.2e18, x, r.astype(SIGNED[64] if is_signed(at) else UNSIGNED[64]))
         e = np.where(x > back, 1.0, np.where(x < back, -1.0, 0.0))
         return rnd.directed_f64(r, e, mode)
-    if dt == "f16":
-        r32 = _int_to_float(x, at, "f32", mode)
-        if mode != "rn":
-            raise Unsupported(f"cvt.{mode}.f16 from an integer")
-        return r32.astype(np.float16)
     r = x.astype(np.float64)
     if TYPE_BITS[at] == 64:
         back = np.where(np.abs(r) >= 9.2e18, x, r.astype(SIGNED[64] if is_signed(at) else UNSIGNED[64]))
         e = np.where(x > back, 1.0, np.where(x < back, -1.0, 0.0))
         r = rnd.round_to_odd(r, e)
+    if dt in _NARROW:
+        return _NARROW[dt](r, mode)
     return rnd.to_f32(r, mode)
 
 
@@ -103,6 +101,32 @@ def _float_to_int(x, at, dt, mode):
     return np.where(nan, _nan_as_int(at, dt), out) if nan.any() else out
 
 
+#: Encoders of the narrow float types: float64 (exact or rounded to odd), mode -> raw bits.
+_NARROW = {"f16": rnd.f16_bits, "bf16": rnd.bf16_bits}
+_FLOATS = ("f16", "f32", "f64", "bf16")
+
+
+def _to_narrow(x, dt, mode, relu, sat):
+    """A float value (float64-exact: f16, bf16 as float32, f32, f64) -> raw bits of f16, bf16 or tf32, rounded
+    once in ``mode``; .relu and .sat clamp first (rounding keeps order, so clamping the exact value is the same)."""
+    if dt == "tf32":  # from f32 only, without .relu and .sat; NaN payloads kept (not through float64)
+        return rnd.tf32_bits(x, mode)
+    x = np.asarray(x, dtype=np.float64)
+    if relu:
+        x = rnd.relu(x)
+    if sat:
+        x = rnd.unit_clamp(x)
+    return _NARROW[dt](x, mode)
+
+
+def _packed_pair(convert):
+    """cvt.*.f16x2.f32 / .bf16x2.f32 d, a, b: a's conversion in the upper half of d, b's in the lower."""
+    def both(a, b):
+        hi, lo = (np.asarray(convert(v)).astype(np.uint32) for v in (a, b))
+        return (hi << np.uint32(16)) | lo
+    return both
+
+
 @opcode("cvt")
 def build_cvt(ins, c):
     types = c.types_of(ins)
@@ -110,15 +134,21 @@ def build_cvt(ins, c):
         raise Unsupported("cvt types")
     dt, at = types
     mods = [p for p in ins.parts[1:] if p not in TYPE_BITS]
-    rmode = next((p for p in mods if p in _IRND + _FRND), None)
-    ftz = "ftz" in mods
-    sat = "sat" in mods
-    if set(mods) - set(_IRND + _FRND + ("ftz", "sat")):
+    rmode = next((p for p in mods if p in _IRND + _FRND + ("rna",)), None)
+    ftz, sat, relu = "ftz" in mods, "sat" in mods, "relu" in mods
+    if set(mods) - set(_IRND + _FRND + ("rna", "ftz", "sat", "relu")):
         raise Unsupported("cvt modifier " + ".".join(mods))
-    d = c.dst(ins.operands[0], dt)
-    a = c.src(ins.operands[1], at)
-    dfloat = dt in ("f16", "f32", "f64", "bf16")
-    afloat = at in ("f16", "f32", "f64", "bf16")
+    packed = dt in ("f16x2", "bf16x2")
+    narrow = dt.removesuffix("x2") if packed else dt
+    if (relu or packed or rmode == "rna") and (narrow not in ("f16", "bf16", "tf32") or at != "f32"):
+        raise Unsupported("cvt." + ".".join(ins.parts[1:]))
+    if dt == "tf32" and (rmode != "rna" or relu or sat):
+        raise Unsupported("cvt." + ".".join(ins.parts[1:]))
+    word = {"f16": "b16", "bf16": "b16", "tf32": "b32"}.get(narrow)
+    d = c.dst(ins.operands[0], "b32" if packed else word or dt)
+    sources = [c.src(o, at) for o in ins.operands[1:3 if packed else 2]]
+    dfloat = narrow in _FLOATS + ("tf32",)
+    afloat = at in _FLOATS
 
     def pre(x):
         if at == "bf16":
@@ -130,25 +160,17 @@ def build_cvt(ins, c):
     if afloat and dfloat:
         def convert(x):
             x = pre(x)
-            if rmode in _IRND:  # round to an integral value in the same type
-                r = _ROUND_INT[rmode](x)
-            elif dt == "f64":
+            mode = rmode or "rn"
+            if rmode in _IRND:  # round to an integral value in the same type (exact from here on)
+                x, mode = _ROUND_INT[rmode](x), "rn"
+            if word is not None:
+                return _to_narrow(x, narrow, mode, relu, sat)
+            if dt == "f64":
                 r = np.asarray(x, dtype=np.float64)
-            elif dt == "f32":
-                if at == "f64":
-                    r = rnd.to_f32(np.asarray(x, dtype=np.float64), rmode or "rn")
-                else:
-                    r = np.asarray(x, dtype=np.float32)
-            elif dt == "f16":
-                if (rmode or "rn") != "rn":
-                    raise Unsupported(f"cvt.{rmode}.f16")
-                r = np.asarray(x, dtype=np.float64).astype(np.float16) if at == "f64" else \
-                    np.asarray(x, dtype=np.float32).astype(np.float16)
-            elif dt == "bf16":
-                r = rnd.f32_to_bf16_bits(np.asarray(x, dtype=np.float32), rmode or "rn")
-                return r
+            elif at == "f64":
+                r = rnd.to_f32(np.asarray(x, dtype=np.float64), mode)
             else:
-                raise Unsupported(f"cvt.{dt}.{at}")
+                r = np.asarray(x, dtype=np.float32)
             if ftz and dt == "f32":
                 r = rnd.ftz32(r)
             if sat:
@@ -163,8 +185,8 @@ def build_cvt(ins, c):
     elif dfloat:
         if rmode not in _FRND:
             raise Unsupported(f"cvt.{dt}.{at} without .rn/.rz/.rm/.rp")
-        if dt == "bf16":
-            raise Unsupported("cvt.bf16 from an integer")
+        if sat and word is not None:
+            raise Unsupported(f"cvt.sat.{dt}.{at}")
 
         def convert(x):
             r = _int_to_float(x, at, dt, rmode)
@@ -186,6 +208,10 @@ def build_cvt(ins, c):
             return x.astype(UNSIGNED[abits]).astype(UNSIGNED[dbits]).view(DTYPE[dt]) if x.ndim else \
                 np.array(x.astype(UNSIGNED[abits]).astype(UNSIGNED[dbits])).view(DTYPE[dt])
 
+    if packed:
+        pair, (a, b) = _packed_pair(convert), sources
+        return Op(PLAIN, lambda m: d(pair(a(), b()), m))
+    (a,) = sources
     return Op(PLAIN, lambda m: d(convert(a()), m))
 
 
