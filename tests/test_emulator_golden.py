@@ -71,13 +71,13 @@ FORMS = {form["name"]: form for form in MANIFEST["forms"] if form["results"].get
 #: Forms the emulator does not emulate yet (a finding of kind "unsupported"). Keep it exact: remove a name once
 #: its form is emulated, add one only with a reason.
 EXPECTED_UNSUPPORTED: set[str] = {  # first run of the emulator on the golden data, 2026-12-02
-    "atom.global.add.noftz.f16x2", "ldmatrix.sync.aligned.m8n8.x1.shared.b16",
-    "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16", "ldmatrix.sync.aligned.m8n8.x2.shared.b16",
-    "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
-    "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
-    "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "mma.sync.aligned.m16n8k8.row.col.f16.f16.f16.f16",
-    "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32", "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32",
-    "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32",
+    "ldmatrix.sync.aligned.m8n8.x1.shared.b16", "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16",
+    "ldmatrix.sync.aligned.m8n8.x2.shared.b16", "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
+    "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+    "mma.sync.aligned.m16n8k8.row.col.f16.f16.f16.f16", "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32",
+    "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+    "mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32",
 }
 
 #: Forms whose emulated output differs from the H200's today, each group with what is known.  A test of one

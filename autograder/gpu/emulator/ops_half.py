@@ -86,23 +86,36 @@ def _finish(mods, element: Half):
     return finish
 
 
+def elementwise(t: str, compute, mods=frozenset()):
+    """A function of raw words of type ``t`` (one of HALF_TYPES) to the raw words of the result: decode (exact;
+    ftz-flushed inputs where .ftz), ``compute`` on float64 (exact or rounded to odd), round once to nearest even,
+    post-process (:func:`_finish`), encode."""
+    element, packed = ELEMENTS[t.removesuffix("x2")], t.endswith("x2")
+    inputs = (lambda v: _flush(v, element)) if "ftz" in mods else (lambda v: v)
+    finish = _finish(mods, element)
+
+    def apply(*words):
+        values = np.broadcast_arrays(*(inputs(element.decode(unpack(w, packed))) for w in words))
+        rounded = rnd.round_to_format(compute(*values), element.format, "rn")
+        return pack(element.encode(finish(rounded)), packed)
+    return apply
+
+
+def add_words(x, y, t: str):
+    """x + y of raw words of a half type, rounded to nearest even (atom.add.noftz / red.add.noftz)."""
+    return elementwise(t, rnd.odd_sum)(x, y)
+
+
 def _operation(ins, c, n_sources, compute, allowed):
-    """An elementwise half operation: decode ``n_sources`` operands, ``compute`` on float64 (exact or rounded to
-    odd; ftz-flushed inputs where .ftz), round once, post-process, encode."""
-    t, element, packed, mods = _form(ins, c, allowed)
+    """An elementwise half instruction: :func:`elementwise` over its ``n_sources`` operands."""
+    t, _, packed, mods = _form(ins, c, allowed)
     word = "b32" if packed else "b16"
     d = c.dst(ins.operands[0], word)
     sources = [c.src(o, word) for o in ins.operands[1:1 + n_sources]]
-    inputs = (lambda v: _flush(v, element)) if "ftz" in mods else (lambda v: v)
-    finish = _finish(mods, element)
-    fmt = element.format
+    apply = elementwise(t, compute, mods)
 
     def run(m):
-        values = [inputs(element.decode(unpack(s(), packed))) for s in sources]
-        values = np.broadcast_arrays(*values)
-        exact = compute(*values)
-        rounded = rnd.round_to_format(exact, fmt, "rn")
-        d(pack(element.encode(finish(rounded)), packed), m)
+        d(apply(*(s() for s in sources)), m)
     return Op(PLAIN, run)
 
 
