@@ -46,7 +46,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ops_async, ops_control, ops_convert, ops_float, ops_half, ops_integer, ops_memory  # noqa: F401  (builders)
+from . import (ops_async, ops_control, ops_convert, ops_float, ops_half, ops_integer, ops_memory,  # noqa: F401
+               ops_tensor)  # (builders)
 from .errors import Unsupported
 from .findings import Finding
 from .machine import MAX_ISSUES, Machine, Result

@@ -164,6 +164,7 @@ class Format:
 
 
 F16 = Format("f16", 11, -14, 15)
+F32 = Format("f32", 24, -126, 127)
 BF16 = Format("bf16", 8, -126, 127)
 TF32 = Format("tf32", 11, -126, 127)
 MODES = ("rn", "rna", "rz", "rm", "rp")
