@@ -267,7 +267,7 @@ def elementwise_source(kernel: str, asm: str, ins: list, out: str) -> str:
             f"    {' '.join(loads)}\n"
             f"    {ost[2]} r;\n"
             f"    {asm_line}\n"
-            f"    out[i] = {ost[4].format('r')};\n"
+            f"    out[i] = {ost[5].format('r')};\n"
             f"}}\n")
 
 
