@@ -115,7 +115,7 @@ def _to_narrow(x, dt, mode, relu, sat):
     if relu:
         x = rnd.relu(x)
     if sat:
-        x = rnd.unit_clamp(x)
+        x = rnd.saturate(x)
     return _NARROW[dt](x, mode)
 
 

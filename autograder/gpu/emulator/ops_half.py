@@ -75,7 +75,7 @@ def _finish(mods, element: Half):
     if "ftz" in mods:
         steps.append(lambda v: _flush(v, element))
     if "sat" in mods:
-        steps.append(rnd.unit_clamp)
+        steps.append(rnd.saturate)
     if "relu" in mods:
         steps.append(rnd.relu)
 

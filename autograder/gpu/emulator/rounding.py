@@ -134,12 +134,10 @@ def ftz64(x):
 
 
 def saturate(x):
-    """Clamped to [0, 1], NaN to +0."""
-    r = np.clip(x, 0, 1)
-    nan = r != r
-    if nan.any():
-        r = np.where(nan, np.zeros((), dtype=r.dtype), r)
-    return r
+    """.sat: clamped to [0, 1], NaN and -0 (and every negative value) to +0 (H200: add.rn.sat.f16 and
+    add.rn.sat.f32 of -0 and -0 give +0); keeps the dtype."""
+    x = np.asarray(x)
+    return np.where(x > 0, np.minimum(x, np.ones((), x.dtype)), np.zeros((), x.dtype))
 
 
 # --- narrow formats: f16, bf16, tf32 --------------------------------------------------------------------
@@ -206,12 +204,6 @@ def round_to_format(x, fmt: Format, mode: str = "rn"):
         to_infinity = {"rn": True, "rna": True, "rz": False, "rp": ~negative, "rm": negative}[mode]
         r = np.where(over, np.where(to_infinity, np.inf, fmt.largest), r)
     return np.where(finite, np.copysign(r, x), x)
-
-
-def unit_clamp(x):
-    """.sat of the narrow types: clamped to [0, 1], NaN and -0 to +0 (H200: add.rn.sat.f16 of -0 and -0)."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.where(x > 0, np.minimum(x, 1.0), 0.0)
 
 
 def relu(x):
