@@ -75,7 +75,6 @@ EXPECTED_UNSUPPORTED: set[str] = set()  # every form of the 2026-12-02 golden da
 #: Forms whose emulated output differs from the H200's today, each group with what is known.  A test of one
 #: of them is expected to fail (strict: a form that starts matching must leave the set).  Shrink it.
 DIRECTED = 'directed rounding (rz/rm/rp) at the ends of the range: overflow must give the largest finite value where the mode rounds towards it, an exact zero is -0.0 under rm, subnormal results round at the subnormal ulp (golden data of 2026-12-02 05:30, the first with real f32/f64 results)'
-I2F = '64-bit integer -> float with rz/rm/rp: the emulator rounds twice (through float64); round once, exactly'
 DIVAPPROX = 'div.approx.f32 is a * rcp(b) (PTX ISA): for 2^126 < |b| < 2^128 the result is 0 (a finite) or NaN (a infinite), subnormal results flush'
 FMA64 = 'fma.f64: TwoProd + TwoSum is 1 ulp off on rare cancellations; round the exact value once'
 FUSE = "mul.f32 + add.f32 in one asm block: the H200 did not fuse them in 20 of 512 elements (1 ulp); the emulator's contraction rule (always fuse) is wrong here"
@@ -95,9 +94,6 @@ KNOWN_MISMATCHES: dict[str, str] = {
     'mul.rp.f64': DIRECTED,
     'mul.rz.f64': DIRECTED,
     'rcp.rz.f32': DIRECTED,
-    'cvt.rm.f32.s64': I2F,
-    'cvt.rp.f64.u64': I2F,
-    'cvt.rz.f32.u64': I2F,
     'div.approx.f32': DIVAPPROX,
     'div.approx.ftz.f32': DIVAPPROX,
     'fma.rn.f64': FMA64,

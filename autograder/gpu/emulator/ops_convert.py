@@ -52,22 +52,27 @@ _FRND = ("rn", "rz", "rm", "rp")
 _ROUND_INT = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
 
 
+def _residual_sign(x, r, at):
+    """The sign of x - r for a 64-bit integer array x and its float64 conversion r, exactly (in integers): r is an
+    integer value, convertible back except where it is 2**63 (signed) or 2**64 (unsigned), above every x."""
+    integer = SIGNED[64] if is_signed(at) else UNSIGNED[64]
+    top = r >= (2.0 ** 63 if is_signed(at) else 2.0 ** 64)
+    back = np.where(top, 0.0, r).astype(integer)
+    return np.where(top, -1.0, np.where(x > back, 1.0, np.where(x < back, -1.0, 0.0)))
+
+
 def _int_to_float(x, at, dt, mode):
-    """Integer array -> float of type dt, rounded in mode (rn rz rm rp); f16 and bf16 as raw bits."""
+    """Integer array -> float of type dt, rounded once in mode (rn rz rm rp); f16 and bf16 as raw bits.  Up to 32
+    bits the float64 value is exact; a 64-bit integer's is corrected by the exact sign of its residual."""
     x = np.asarray(x)
-    if dt == "f64":
-        r = x.astype(np.float64)
-        if TYPE_BITS[at] < 64 or mode == "rn":
-            return r
-        # the exact residual, in integers (saturated where r is 2**63 or 2**64)
-        back = np.where(np.abs(r) >= 9.2e18, x, r.astype(SIGNED[64] if is_signed(at) else UNSIGNED[64]))
-        e = np.where(x > back, 1.0, np.where(x < back, -1.0, 0.0))
-        return rnd.directed_f64(r, e, mode)
     r = x.astype(np.float64)
     if TYPE_BITS[at] == 64:
-        back = np.where(np.abs(r) >= 9.2e18, x, r.astype(SIGNED[64] if is_signed(at) else UNSIGNED[64]))
-        e = np.where(x > back, 1.0, np.where(x < back, -1.0, 0.0))
+        e = _residual_sign(x, r, at)
+        if dt == "f64":
+            return rnd.directed_f64(r, e, mode)
         r = rnd.round_to_odd(r, e)
+    if dt == "f64":
+        return r
     if dt in _NARROW:
         return _NARROW[dt](r, mode)
     return rnd.to_f32(r, mode)
