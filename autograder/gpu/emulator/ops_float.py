@@ -5,7 +5,8 @@ Exact where PTX is exact: add/sub/mul/div.rn/sqrt.rn/rcp.rn through NumPy (IEEE)
 (exact float64 product, TwoSum, round to odd, then to float32).  Directed modes of add/sub/mul/fma f32 are
 exact too.  Approximations (ex2, lg2, rsqrt, sin, cos, tanh, div.approx, div.full, rcp.approx, sqrt.approx) are
 computed in float64 and rounded once: a GPU is within its documented ulps of these, not bit-equal.
-fma.rn.f64 is TwoProd + TwoSum (can be one ulp off in rare cancellations).
+fma.rn.f64 is TwoProd + TwoSum (can be one ulp off in rare cancellations); div.rz/rm/rp.f64 are exact
+(:func:`div64`).  The f16/bf16 forms of these mnemonics are ops_half's ("half" builder family).
 """
 from __future__ import annotations
 

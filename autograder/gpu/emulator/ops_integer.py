@@ -1,5 +1,5 @@
-"""Integer and bit operations: add sub mul mad (.lo .hi .wide) div rem neg abs min max and or xor not cnot shl
-shr popc clz brev bfe bfi prmt; comparisons (setp, int and float) and selp.
+"""Integer and bit operations: add sub mul mad (.lo .hi .wide) mul24 mad24 div rem neg abs min max and or xor not
+cnot shl shr popc clz brev bfe bfi prmt (every mode); comparisons (setp, int and float) and selp.
 
 Integers wrap modulo 2**n as on the GPU (NumPy arrays of the instruction's type).  Division by zero gives what
 the GPU's integer division routine gives for u32 (all ones) and 0 remainder semantics of C are kept (rem has
