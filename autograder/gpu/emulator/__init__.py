@@ -28,7 +28,7 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
   ptxas contracts it (../shared/EMULATOR.md: the H200 fused such pairs in 100 % of elements); ptxas's own rule
   is not documented, so a pair it leaves unfused (or fuses across blocks) differs by one rounding.  This NVRTC
   (13.5) leaves no such pair in the PTX of lessons 06, 07, 08 (both steps) and 11: NVVM contracts them itself.
-  ``launch(contract=False)`` runs the PTX as written.
+  ``launch(contract=False)`` runs the PTX as written.  f16/bf16 ``mul`` + ``add`` pairs are always run as written.
 * cp.async reads its global source when issued, not when the copy lands (a source written in between differs).
 * Shared-memory races: ``bar.warp.sync`` orders same-warp pairs by a per-lane count of the syncs each lane took
   part in (exact for full-mask ``__syncwarp()``, approximate for partial masks); the readers of a granule in one
