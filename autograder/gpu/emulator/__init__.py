@@ -11,17 +11,35 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
 * Approximate instructions (ex2/lg2/rsqrt/sin/cos/tanh/sqrt.approx/rcp.approx/div.approx/div.full) are computed
   in float64 and rounded once: a GPU is 1-2 ulp off on part of the inputs (ex2.approx.f32: 49 % exact, rsqrt
   78 %, measured on the H200 in ../shared/EMULATOR.md), so bits differ there, values stay within the GPU's bound.
+  ``ex2.approx.f16`` follows the H200's rounding (a float32 result cut to f16 toward zero, infinity past the
+  largest f16): 511 of the 512 golden elements bit-equal, the other 1 ulp off (tolerance: 2 ulp).
+* ``mma.sync`` with f32 accumulation reproduces the H200's tensor cores: exact products, each product's exponent
+  taken as the sum of its operands', every product and C truncated toward zero at 2^(emax - 25), an exact sum,
+  truncated to f32 (``ops_tensor.accumulate_f32``): all 10 240 golden elements of the five f32 forms (m16n8k8
+  and m16n8k16, f16/bf16/tf32) bit-equal, so the golden test holds them bit-equal.  Other GPUs (sm_75, sm_80,
+  sm_86/89) are not measured and may truncate elsewhere (the lessons' tolerances allow for it); the exponent of a
+  subnormal input is its true one (not measured either).  f16 accumulation is the exact sum rounded once (all
+  2048 golden halves bit-equal); tf32 operands drop their low 13 bits, as the H200 does.
+* ``mma.sync`` and ``ldmatrix`` need the whole warp: a warp that executes one with lanes missing (returned, or a
+  block that is not whole warps) is a ``partial_warp_collective`` finding and its result is what the missing
+  lanes' registers held (ldmatrix: a missing lane's row reads as 0).  ldmatrix rows are the address-giving lanes'
+  16-byte shared loads (bounds, 16-byte alignment, races and uninitialised bytes as for any shared load).
 * ``mul.f32`` whose only use is a following ``add.f32``/``sub.f32`` of the same basic block is run as one FMA, as
   ptxas contracts it (../shared/EMULATOR.md: the H200 fused such pairs in 100 % of elements); ptxas's own rule
   is not documented, so a pair it leaves unfused (or fuses across blocks) differs by one rounding.  This NVRTC
   (13.5) leaves no such pair in the PTX of lessons 06, 07, 08 (both steps) and 11: NVVM contracts them itself.
-  ``launch(contract=False)`` runs the PTX as written.
+  ``launch(contract=False)`` runs the PTX as written.  f16/bf16 ``mul`` + ``add`` pairs are always run as written.
 * cp.async reads its global source when issued, not when the copy lands (a source written in between differs).
 * Shared-memory races: ``bar.warp.sync`` orders same-warp pairs by a per-lane count of the syncs each lane took
   part in (exact for full-mask ``__syncwarp()``, approximate for partial masks); the readers of a granule in one
   epoch are summarised as (a reader, several readers?, several warps?, the latest warp-sync count).
 * ``fma.rn.f64`` is TwoProd + TwoSum: correctly rounded except in rare cancellations (one ulp).
-* NaN results of float arithmetic are the canonical 0x7fffffff / 0x7ff8...; NaN payloads are not propagated.
+* NaN results of float arithmetic are the canonical 0x7fffffff / 0x7ff8... (f16, bf16: 0x7fff, for neg and abs
+  too, as on the H200); NaN payloads are not propagated.  NaN converted to an integer is 0 from f32 into at most
+  32 bits, else the sign bit alone (0x80000000 from f64, 0x8000000000000000 into 64 bits), as on the H200.
+* f16/bf16 arithmetic and conversions to f16, bf16 and tf32 are rounded once from an exact (or rounded-to-odd)
+  float64 value in every mode (``rounding.round_to_format``): bit-equal on every golden element; ``.sat`` and
+  ``.relu`` give +0 for -0.
 * ``min``/``max`` of -0.0 and +0.0 order -0.0 below +0.0.
 * Integer division by zero gives all ones (quotient) and the dividend (remainder); PTX leaves it undefined.
 * Atomics on one address run in lane order (block by block, lower thread first); float atomic sums can round
@@ -35,18 +53,23 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
   read as 0xFF (NaN for floats).
 * Registers declared in nested ``{ }`` scopes (inline assembly) share one flat namespace.
 * Not implemented (a clean ``unsupported`` finding): ``call`` (printf, non-inlined functions), ``.const`` and
-  module-level ``.global`` variables, textures, ``mma``, ``ldmatrix``, ``cp.async.bulk``, f16x2/bf16 arithmetic,
-  ``mul24``/``mad24``, named barriers with a thread count, ``%clock``.
+  module-level ``.global`` variables, textures, ``cp.async.bulk``, named barriers with a thread count, ``%clock``;
+  ``mma`` shapes and types beyond m16n8k8/m16n8k16 f16/bf16 (m16n8k8 tf32) and m8n8k16 s8/u8 (m16n8k4 tf32,
+  m16n8k16/k32 integer, f64, sparse ``.sp``, ``wmma``), ``ldmatrix`` beyond m8n8 .b16, ``stmatrix``; the half
+  types' tanh/rcp/sqrt and ``ex2.approx.ftz.bf16`` (not measured), ``cvt`` with ``.satfinite`` or fp8 types,
+  ``dp4a``/``dp2a``.
 
 Modules: ``ptx`` (reading PTX), ``program`` (instructions -> closures; the opcode registry), ``ops_*`` (one
-builder per opcode family), ``rounding`` (exact float rounding), ``memory`` (global arena, shared memory with
+builder per opcode family; ``ops_half`` f16/bf16 arithmetic, ``ops_tensor`` mma and ldmatrix), ``rounding``
+(exact float rounding, the narrow formats), ``memory`` (global arena, shared memory with
 shadow state, local memory), ``machine`` (lanes, divergence, barriers, collectives), ``findings``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import ops_async, ops_control, ops_convert, ops_float, ops_integer, ops_memory  # noqa: F401  (builders)
+from . import (ops_async, ops_control, ops_convert, ops_float, ops_half, ops_integer, ops_memory,  # noqa: F401
+               ops_tensor)  # (builders)
 from .errors import Unsupported
 from .findings import Finding
 from .machine import MAX_ISSUES, Machine, Result

@@ -5,7 +5,8 @@ Exact where PTX is exact: add/sub/mul/div.rn/sqrt.rn/rcp.rn through NumPy (IEEE)
 (exact float64 product, TwoSum, round to odd, then to float32).  Directed modes of add/sub/mul/fma f32 are
 exact too.  Approximations (ex2, lg2, rsqrt, sin, cos, tanh, div.approx, div.full, rcp.approx, sqrt.approx) are
 computed in float64 and rounded once: a GPU is within its documented ulps of these, not bit-equal.
-fma.rn.f64 is TwoProd + TwoSum (can be one ulp off in rare cancellations).
+fma.rn.f64 is TwoProd + TwoSum (can be one ulp off in rare cancellations); div.rz/rm/rp.f64 are exact
+(:func:`div64`).  The f16/bf16 forms of these mnemonics are ops_half's ("half" builder family).
 """
 from __future__ import annotations
 
@@ -199,6 +200,27 @@ def div32(x, y, mode="rn"):
     return _directed_from_residual(r, sign, mode)
 
 
+def div64(x, y, mode="rn"):
+    """float64 x / y in any rounding mode: RN by NumPy, directed modes from the exact sign of x / y - q.
+
+    That sign is the sign of x - q*y (times y's), computed on the mantissas (frexp) with q scaled alike, so
+    nothing overflows or underflows: q*2^k is exact, its TwoProd with y's mantissa is exact, and the difference
+    keeps the right sign (exact by Sterbenz where it is small)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    q = np.divide(x, y)
+    if mode == "rn":
+        return q
+    with np.errstate(all="ignore"):
+        mx, ex = np.frexp(x)
+        my, ey = np.frexp(y)
+        finite = np.isfinite(x) & np.isfinite(y) & (x != 0) & (y != 0)
+        qs = np.where(np.isfinite(q), np.ldexp(q, ey - ex), np.sign(q) * 4.0)  # an overflow is above every finite
+        p, e = rnd.two_prod(qs, my)
+        residual = np.sign((mx - p) - e) * np.sign(my)
+    return rnd.directed_f64(q, np.where(finite, residual, 0.0), mode)
+
+
 def sqrt32(x, mode="rn"):
     x = np.asarray(x, dtype=np.float32)
     r = np.sqrt(x)
@@ -214,8 +236,6 @@ def sqrt32(x, mode="rn"):
 def build_div(ins, c):
     mods, mode = _mods(ins, _KNOWN)
     t = _typ(ins, c)
-    if mode != "rn" and t != "f32":
-        raise Unsupported(f"div.{mode}.{t}")
     d = c.dst(ins.operands[0], t)
     a, b = _inputs(t, mods, [c.src(o, t) for o in ins.operands[1:3]])
     fin = _finish(t, mods)
@@ -224,7 +244,7 @@ def build_div(ins, c):
             d(fin(div32(a(), b(), mode)), m)
     else:
         def run(m):
-            d(fin(np.divide(a(), b())), m)
+            d(fin(div64(a(), b(), mode)), m)
     return Op(PLAIN, run)
 
 
