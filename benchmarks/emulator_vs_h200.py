@@ -131,6 +131,8 @@ def main() -> int:
                 continue
             row = compare(lesson, e, emulator, gpu)
             rows.append(row)
+            if not args.emulator_only:  # after every entry: a run cut short keeps what it measured
+                write(args.out, rows, device, args.workers, complete=False)
             print(f"{lesson[:2]} {e.name:<38} emulator {row['emulator']['seconds']:6.1f}s "
                   f"lost {','.join(c.split('.')[1] for c in row['emulator']['lost']) or '-':<40} "
                   f"{'agrees' if row['emulator_shows_what_the_gpu_shows'] else 'DIFFERS: ' + row['difference']}"
@@ -138,18 +140,22 @@ def main() -> int:
                      f"  max distance {row['max_distance_in_tolerances']}" if "gpu" in row else ""), flush=True)
     agree = sum(1 for r in rows if r.get("emulator_shows_what_the_gpu_shows"))
     print(f"\n{agree} of {len(rows)} entries: the emulator shows what the GPU shows; {time.time() - started:.0f} s")
-    if args.emulator_only:
-        return 0
+    if not args.emulator_only:
+        write(args.out, rows, device, args.workers, complete=True)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def write(out: Path, rows: list, device: str, workers: int, *, complete: bool) -> None:
     import cupy
 
     report = {"device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "python3 " + " ".join(sys.argv), "cupy": cupy.__version__, "cpu": platform.processor(),
-              "workers": args.workers, "emulator_arch": "compute_75", "entries": len(rows), "agree": agree,
+              "cpu_count": os.cpu_count(), "workers": workers, "emulator_arch": "compute_75", "complete": complete,
+              "entries": len(rows), "agree": sum(1 for r in rows if r.get("emulator_shows_what_the_gpu_shows")),
               "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
