@@ -1,6 +1,6 @@
 """Speed of the PTX emulator (autograder.gpu.emulator) on the graded cases of lessons 06 and 07.
 
-    python benchmarks/emulator_speed.py [--arch compute_75] [--repeat 1] [--lesson08]
+    python benchmarks/emulator_speed.py [--arch compute_75] [--repeat 1] [--lesson08] [--lesson09 | --only09]
 
 Every case of the lessons' checks (equivalence, tails, memory, sanitizer) is launched as the reference wrapper
 of the solution notebook launches it (grid, block, arguments), with the checks' own inputs.  Prints a table:
@@ -9,7 +9,9 @@ kernel, case, instruction issues (steps of the emulator: one per executed group 
 and whether the result is within the lesson's tolerance.  ``--lesson08`` adds lesson 08 step 1 (the
 reference ``FLASH_SRC``, one thread per query row) and step 2 (``FLASH_FAST_SRC``: cp.async at compute_80)
 on their equivalence, tails, causal and large-logit cases:
-not yet wired to the emulator, measured to see how far the 2 s goal is.  No GPU needed.  The machine is
+not yet wired to the emulator, measured to see how far the 2 s goal is.  ``--lesson09`` adds lesson 09's
+reference ``MMA_SRC`` (mma.sync m16n8k8) on the matmul cases and ``FLASH_TC_SRC`` (mma.sync, ldmatrix, cp.async
+at compute_80) on the attention cases (:func:`cases09`).  No GPU needed.  The machine is
 shared (2 cores, other jobs): wall-clock figures are ±50 % or worse, CPU time is steadier.
 """
 from __future__ import annotations
@@ -110,19 +112,58 @@ def cases08():
                shared)
 
 
+def cases09(arch: str):
+    """Lesson 09's reference kernels as its wrappers launch them: mma_matmul on the matmul check's cases, the
+    tensor-core FlashAttention on the attention cases (visible, tails, causal) with the H200's K/V tile
+    (BC = 64; compute_75 builds take the source's sm_75 default, BC = 16)."""
+    from autograder.lessons import gpu_attention
+    from autograder.lessons.lesson09 import checks as l09
+
+    for c in l09.MMA_VISIBLE:
+        M, N, K = c["M"], c["N"], c["K"]
+        a, b = l09.mma_inputs(M, N, K, c["seed"])
+        out = np.full((M, N), np.nan, np.float32)
+        warps = ((M + 15) // 16) * ((N + 7) // 8)
+        yield ("mma_matmul", f"M={M}, N={N}, K={K}", ("09_tensor_cores", "mma_source", "MMA_SRC"), "mma_matmul",
+               ((warps + 3) // 4,), 128, [a, b, out, np.int32(M), np.int32(N), np.int32(K)],
+               lambda out=out, a=a, b=b: np.all(np.abs(out - l09.mma_product(a, b)[0]) <= l09.mma_product(a, b)[1]))
+    bc = 64 if arch >= "compute_80" else None
+    table = [(c, False) for c in gpu_attention.VISIBLE] + [(c, c.get("causal", False)) for c in gpu_attention.TAILS] \
+        + [(c, True) for c in gpu_attention.CAUSAL]
+    for c, causal in table:
+        H, n, d = c["H"], c["n"], c["d"]
+        q, k, v = l09._inputs(H, n, d, c["seed"])
+        o = np.full_like(q, np.nan)
+        tile = bc or 16  # the source's sm_75 default
+        shared = (128 + 4 * tile) * (d + 8) * 2
+        yield ("flash_tc", f"H={H}, n={n}, d={d}{', causal' if causal else ''}",
+               ("09_tensor_cores", "flash_tc_source", "FLASH_TC_SRC", f"#define BC {bc}\n" if bc else ""),
+               f"flash_attention_tc_d{d}", (H, (n + 127) // 128), 128,
+               [q, k, v, o, np.int32(n), np.float32(1 / math.sqrt(d)), np.int32(causal), np.zeros(1, np.int32)],
+               lambda o=o, q=q, k=k, v=v, causal=causal: np.all(
+                   np.abs(o - l09.oracle_and_bound(q, k, v, causal)[0]) <= l09.oracle_and_bound(q, k, v, causal)[1]),
+               shared)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="compute_75")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--lesson08", action="store_true", help="add lesson 08 step 1's cases")
+    ap.add_argument("--lesson09", action="store_true", help="add lesson 09's reference kernels (mma, ldmatrix)")
+    ap.add_argument("--only09", action="store_true", help="lesson 09's cases alone")
     args = ap.parse_args(argv)
     ptx_cache: dict = {}
     rows = []
-    for case in list(cases06()) + list(cases07()) + (list(cases08()) if args.lesson08 else []):
+    cases = [] if args.only09 else list(cases06()) + list(cases07()) + (list(cases08()) if args.lesson08 else [])
+    if args.lesson09 or args.only09:
+        cases += list(cases09(args.arch))
+    for case in cases:
         kernel, label, where, name, grid, block, kargs, check = case[:8]
         shared = case[8] if len(case) > 8 else 0
         if where not in ptx_cache:
-            ptx_cache[where] = nvrtc.ptx(source(*where), arch=args.arch)
+            prefix = where[3] if len(where) > 3 else ""  # a #define the wrapper passes as -D
+            ptx_cache[where] = nvrtc.ptx(prefix + source(*where[:3]), arch=args.arch)
         best, cpu, result = None, None, None
         for _ in range(args.repeat):
             gc.collect()

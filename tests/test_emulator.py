@@ -1072,7 +1072,7 @@ def test_fma_f64_rounds_the_exact_value_once():
     """fma.f64 in every mode against Python fractions, on random and cancelling operands (TwoProd + TwoSum alone
     is one ulp off on some of them: the H200 data had two such in 512)."""
     from fractions import Fraction
-    from autograder.gpu.emulator.rounding import round_rational
+    from autograder.gpu.emulator.rounding import F64, round_rational
     rng = np.random.default_rng(31)
     n = 256
     a = rng.standard_normal(n) * 2.0 ** rng.integers(-60, 60, n)
@@ -1084,7 +1084,7 @@ def test_fma_f64_rounds_the_exact_value_once():
                                 np.uint64).view(np.float64)
     for mode in ("rn", "rz", "rm", "rp"):
         got = apply_form(f"fma.{mode}.f64 %0, %1, %2, %3;", np.float64, a, b, c)
-        want = [round_rational(Fraction(x) * Fraction(y) + Fraction(z), "f64", mode, mode == "rm")
+        want = [round_rational(Fraction(x) * Fraction(y) + Fraction(z), F64, mode, mode == "rm")
                 for x, y, z in zip(a.tolist(), b.tolist(), c.tolist())]
         assert bits(got) == bits(np.array(want)), mode
     assert bits(apply_form("fma.rn.f64 %0, %1, %2, %3;", np.float64, a[2:3], b[2:3], c[2:3])) == ["0xbfb5b8df1d2cbe45"]
@@ -1117,13 +1117,13 @@ def test_float_to_integer_nan_and_64_bit_results_as_the_h200():
 
 def test_64_bit_integers_to_float_round_once_in_directed_modes():
     from fractions import Fraction
-    from autograder.gpu.emulator.rounding import round_rational
+    from autograder.gpu.emulator.rounding import F32, F64, round_rational
     u = np.array([2 ** 64 - 1, 2 ** 63 + 1, 0xAAAAAAAAAAAAAAAA, 2 ** 53 + 1, 12345], np.uint64)
     s = np.array([2 ** 63 - 1, -2 ** 63, -(2 ** 53) - 1, -3, 2 ** 62 + 2 ** 38 + 1], np.int64)
     for mode in ("rz", "rm", "rp", "rn"):
-        for fmt, dt in (("f32", np.float32), ("f64", np.float64)):
+        for fmt, dt in ((F32, np.float32), (F64, np.float64)):
             for x, t in ((u, "u64"), (s, "s64")):
-                got = apply_form(f"cvt.{mode}.{fmt}.{t} %0, %1;", dt, x)
+                got = apply_form(f"cvt.{mode}.{fmt.name}.{t} %0, %1;", dt, x)
                 want = np.array([round_rational(Fraction(int(v)), fmt, mode) for v in x], dt)
                 assert bits(got) == bits(want), (mode, fmt, t)
 
@@ -1137,6 +1137,21 @@ def test_div_approx_is_a_times_the_flushed_reciprocal():
     assert bits(got[[0, 1, 3, 4, 5, 6, 7]]) == bits(want[[0, 1, 3, 4, 5, 6, 7]]) and np.isnan(got[2])
     got = apply_form("div.approx.ftz.f32 %0, %1, %2;", np.float32, a, b)  # a subnormal b is 0: a / 0
     assert bits(got[[0, 1, 3, 6]]) == bits(want[[0, 1, 3, 6]]) and np.isnan(got[[2, 4, 7]]).all() and got[5] == -np.inf
+
+
+def test_directed_f64_division_rounds_the_exact_quotient_once():
+    """div.rz/rm/rp.f64 against Python fractions: random, exact, overflowing and subnormal quotients."""
+    from fractions import Fraction
+    from autograder.gpu.emulator.rounding import F64, round_rational
+    rng = np.random.default_rng(33)
+    x = rng.standard_normal(128) * 2.0 ** rng.integers(-40, 40, 128)
+    y = rng.standard_normal(128)
+    x[:6] = [6.0, -F64_MAX, F64_MAX, 5e-324, 2.2250738585072014e-308, -1.0]
+    y[:6] = [3.0, 0.5, -0.75, 3.0, 2.0 ** 60, F64_MAX]
+    for mode in ("rz", "rm", "rp", "rn"):
+        got = apply_form(f"div.{mode}.f64 %0, %1, %2;", np.float64, x, y)
+        want = [round_rational(Fraction(a) / Fraction(b), F64, mode) for a, b in zip(x.tolist(), y.tolist())]
+        assert bits(got) == bits(np.array(want)), mode
 
 
 def test_a_mul_add_pair_in_one_inline_asm_block_with_a_scoped_register_is_fused():
@@ -1227,3 +1242,174 @@ def test_global_float_atomic_add_flushes_subnormals_and_shared_does_not():
     run(ATOMIC_SUBNORMALS, "atomics", 1, 8, [g, a, s_out])
     assert bits(g) == bits(np.array([0.0, 0.0, 1.0, 0.0, 0.0, -0.0, 0.0, 3.5], np.float32))
     assert bits(s_out) == bits((g0 + a).astype(np.float32))
+
+
+# --- tensor cores, half precision, narrow rounding ---------------------------------------------------
+
+MMA_M16N8K8 = r'''
+extern "C" __global__ void mma16(const unsigned* a, const unsigned* b, float* out, int live)
+{
+    const int l = threadIdx.x;
+    if (l >= live) return;
+    float d0, d1, d2, d3;
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%7, %7, %7, %7};" : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+                 : "r"(a[2 * l]), "r"(a[2 * l + 1]), "r"(b[l]), "f"(0.5f));
+    out[4 * l] = d0; out[4 * l + 1] = d1; out[4 * l + 2] = d2; out[4 * l + 3] = d3;
+}
+'''
+
+
+def _mma_fragments(A, B):
+    """Lane words of m16n8k8's A (16 x 8) and B (8 x 8) f16 fragments (PTX ISA layout)."""
+    lane = np.arange(32)
+    g, t = lane >> 2, lane & 3
+    h = A.astype(np.float16).view(np.uint16).astype(np.uint32)
+    hb = B.astype(np.float16).view(np.uint16).astype(np.uint32)
+    a = np.stack([h[g, 2 * t] | (h[g, 2 * t + 1] << 16), h[g + 8, 2 * t] | (h[g + 8, 2 * t + 1] << 16)], axis=1)
+    b = hb[2 * t, g] | (hb[2 * t + 1, g] << 16)
+    return a.reshape(-1).astype(np.uint32), b.astype(np.uint32)
+
+
+def test_mma_computes_the_product_and_needs_the_whole_warp():
+    rng = np.random.default_rng(9)
+    A, B = rng.integers(-4, 5, (16, 8)), rng.integers(-4, 5, (8, 8))
+    a, b = _mma_fragments(A, B)
+    out = np.zeros(128, np.float32)
+    run(MMA_M16N8K8, "mma16", 1, 32, [a, b, out, np.int32(32)])
+    lane = np.arange(32)
+    rows, cols = np.stack([lane >> 2, lane >> 2, (lane >> 2) + 8, (lane >> 2) + 8], 1), \
+        np.stack([2 * (lane & 3), 2 * (lane & 3) + 1] * 2, 1)
+    assert np.array_equal(out.reshape(32, 4), (A @ B + 0.5)[rows, cols])  # small integers: exact
+    for block, live, says in ((32, 20, "20 из 32"), (48, 48, "mma.sync")):  # lanes returned; a warp of 16 threads
+        r = launch(nvrtc.ptx(MMA_M16N8K8), "mma16", 1, block, [np.resize(a, 2 * block), np.resize(b, block),
+                                                             np.zeros(4 * block, np.float32), np.int32(live)])
+        assert [f.kind for f in r.findings] == ["partial_warp_collective"], r.findings
+        assert says in r.findings[0].message
+
+
+LDMATRIX = r'''
+extern "C" __global__ void rows(const unsigned* src, const int* row, unsigned* out, int fill, int sync)
+{
+    __shared__ __align__(16) unsigned s[64 * 4];
+    for (int j = threadIdx.x; j < fill; j += blockDim.x) s[j] = src[j];
+    if (sync) __syncthreads();
+    unsigned addr = (unsigned)__cvta_generic_to_shared(s) + 16 * row[threadIdx.x];
+    unsigned r0, r1, r2, r3;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+    out[4 * threadIdx.x] = r0; out[4 * threadIdx.x + 1] = r1; out[4 * threadIdx.x + 2] = r2;
+    out[4 * threadIdx.x + 3] = r3;
+}
+'''
+
+
+def _ldmatrix(rows_of_lanes, fill=256, sync=1, threads=32):
+    src = np.arange(1000, 1256, dtype=np.uint32)
+    row = np.resize(np.asarray(rows_of_lanes, np.int32), threads)
+    out = np.zeros(4 * threads, np.uint32)
+    r = launch(nvrtc.ptx(LDMATRIX), "rows", 1, threads, [src, row, out, np.int32(fill), np.int32(sync)])
+    return r, src, row, out
+
+
+def test_ldmatrix_goes_through_the_shared_memory_checks():
+    r, src, row, out = _ldmatrix(np.random.default_rng(3).permutation(64)[:32])
+    assert r.ok, r.findings
+    lane = np.arange(32)
+    expected = np.stack([src[row[8 * i + lane // 4] * 4 + lane % 4] for i in range(4)], axis=1)
+    assert np.array_equal(out.reshape(32, 4), expected)  # register i: row l/4 of matrix i, words l%4
+    r, *_ = _ldmatrix(np.where(np.arange(32) == 5, 64, np.arange(32)))  # lane 5 points past the 1024 bytes
+    assert [f.kind for f in r.findings] == ["shared_oob"] and r.findings[0].thread == (5, 0, 0)
+    r, *_ = _ldmatrix(np.arange(32, 64), fill=128)  # rows 32-63 were never written
+    assert [f.kind for f in r.findings] == ["uninitialized_shared"]
+    r, *_ = _ldmatrix(np.arange(63, 31, -1), sync=0, threads=64)  # the other warp writes those rows: no barrier
+    assert "race" in [f.kind for f in r.findings]
+
+
+HALF_ATOMIC_AND_MUL24 = r'''
+extern "C" __global__ void misc(unsigned* acc, const unsigned* x, const int* a, const int* b, int* out)
+{
+    const int i = threadIdx.x;
+    asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %0; red.global.add.noftz.f16x2 [g], %1; }"
+                 :: "l"(acc + i % 4), "r"(x[i]) : "memory");
+    int hi, lo;
+    unsigned madu;
+    asm("mul24.hi.s32 %0, %1, %2;" : "=r"(hi) : "r"(a[i]), "r"(b[i]));
+    asm("mul24.lo.s32 %0, %1, %2;" : "=r"(lo) : "r"(a[i]), "r"(b[i]));
+    asm("mad24.lo.u32 %0, %1, %2, %3;" : "=r"(madu) : "r"(a[i]), "r"(b[i]), "r"(7));
+    out[3 * i] = hi; out[3 * i + 1] = lo; out[3 * i + 2] = (int)madu;
+}
+'''
+
+
+def test_f16x2_atomics_in_lane_order_and_24_bit_products():
+    rng = np.random.default_rng(5)
+    halves = (rng.standard_normal(128) * 3).astype(np.float16)
+    x = halves.view(np.uint16).astype(np.uint32).reshape(64, 2)
+    x = (x[:, 0] | (x[:, 1] << 16)).astype(np.uint32)
+    acc = np.zeros(4, np.uint32)
+    a = rng.integers(-2 ** 31, 2 ** 31, 64).astype(np.int32)
+    b = rng.integers(-2 ** 31, 2 ** 31, 64).astype(np.int32)
+    out = np.zeros(3 * 64, np.int32)
+    run(HALF_ATOMIC_AND_MUL24, "misc", 1, 64, [acc, x, a, b, out])
+    expected = np.zeros((4, 2), np.float16)
+    for i in range(64):  # lane order; numpy's float16 addition is correctly rounded
+        expected[i % 4] = expected[i % 4] + halves.reshape(64, 2)[i]
+    assert np.array_equal(acc.view(np.uint16).reshape(4, 2), expected.view(np.uint16))
+
+    def low24(v, signed):
+        v = v.astype(np.int64) & 0xFFFFFF
+        return np.where(v >= 2 ** 23, v - 2 ** 24, v) if signed else v
+    p = low24(a, True) * low24(b, True)
+    o = out.reshape(64, 3).astype(np.int64)
+    assert np.array_equal(o[:, 0] & 0xFFFFFFFF, (p >> 16) & 0xFFFFFFFF)
+    assert np.array_equal(o[:, 1] & 0xFFFFFFFF, p & 0xFFFFFFFF)
+    assert np.array_equal(o[:, 2] & 0xFFFFFFFF, (low24(a, False) * low24(b, False) + 7) & 0xFFFFFFFF)
+
+
+def test_round_to_format_rounds_once_in_every_mode():
+    from autograder.gpu.emulator import rounding as rnd
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(200_000) * 2.0 ** rng.integers(-30, 18, 200_000)
+    x = np.concatenate([x, np.float16(rng.standard_normal(1000)).astype(np.float64) * (1 + 2.0 ** -11)])  # ties
+    with np.errstate(over="ignore"):
+        assert np.array_equal(rnd.f16_bits(x), x.astype(np.float16).view(np.uint16))  # NumPy rounds f64 -> f16 once
+        rn = x.astype(np.float16)
+        up, down = np.nextafter(rn, np.float16(np.inf)), np.nextafter(rn, np.float16(-np.inf))
+    inside = np.abs(x) < 65504
+    for mode, ok in (("rz", lambda r: np.abs(r) <= np.abs(x)), ("rm", lambda r: r <= x), ("rp", lambda r: r >= x)):
+        r = rnd.round_to_format(x, rnd.F16, mode)
+        assert ok(r)[inside].all(), mode  # on the mode's side of x, and one of the two f16 neighbours of x
+        neighbour = (r == rn) | (r == up) | (r == down)
+        assert neighbour[inside].all() and (np.abs(r - x) < np.abs(up.astype(np.float64) - down))[inside].all(), mode
+    assert rnd.round_to_format(np.array([65520.0, -65520.0]), rnd.F16, "rz").tolist() == [65504.0, -65504.0]
+    assert rnd.round_to_format(np.array([2.0 ** -25 * 1.5]), rnd.F16, "rna")[0] == 2.0 ** -24
+    assert rnd.tf32_bits(np.array([1 + 2.0 ** -11], np.float32))[0] == np.float32(1 + 2.0 ** -10).view(np.uint32)
+
+
+@pytest.mark.parametrize("arch, case", [("compute_80", {"H": 1, "n": 77, "d": 128, "seed": 4, "causal": True}),
+                                        ("compute_75", {"H": 2, "n": 100, "d": 64, "seed": 2})])
+def test_lesson09_tensor_core_kernels(arch, case):
+    """Lesson 09's reference kernels (mma.sync, ldmatrix, cp.async at compute_80) as its wrappers launch them
+    (the H200's K/V tile BC = 64 at compute_80, the source's sm_75 tile otherwise), within the lesson's bounds."""
+    from autograder.lessons.lesson09 import checks as l09
+
+    a, b = l09.mma_inputs(100, 37, 77, 1)
+    c = np.full((100, 37), np.nan, np.float32)
+    warps = ((100 + 15) // 16) * ((37 + 7) // 8)
+    run(reference("09_tensor_cores", "mma_source", "MMA_SRC"), "mma_matmul", ((warps + 3) // 4,), 128,
+        [a, b, c, np.int32(100), np.int32(37), np.int32(77)], arch=arch)
+    expected, tol = l09.mma_product(a, b)
+    assert np.all(np.abs(c - expected) <= tol)
+    H, n, d, causal = case["H"], case["n"], case["d"], case.get("causal", False)
+    q, k, v = l09._inputs(H, n, d, case["seed"])
+    o, tiles = np.full_like(q, np.nan), np.zeros(1, np.int32)
+    bc = 64 if arch == "compute_80" else 16  # the source's default below sm_80
+    source = (f"#define BC {bc}\n" if arch == "compute_80" else "") + reference("09_tensor_cores", "flash_tc_source",
+                                                                            "FLASH_TC_SRC")
+    run(source, f"flash_attention_tc_d{d}", (H, (n + 127) // 128), 128,
+        [q, k, v, o, np.int32(n), np.float32(1 / math.sqrt(d)), np.int32(causal), tiles],
+        shared_bytes=(128 + 4 * bc) * (d + 8) * 2, arch=arch)
+    expected, tol = l09.oracle_and_bound(q, k, v, causal)
+    assert np.all(np.abs(o - expected) <= tol) and tiles[0] > 0

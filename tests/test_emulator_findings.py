@@ -262,14 +262,14 @@ def test_an_opcode_the_emulator_does_not_know_is_a_clean_unsupported_finding():
 extern "C" __global__ void groups(const int* x, unsigned* y)
 {
     int r;
-    asm("mul24.lo.s32 %0, %1, %1;" : "=r"(r) : "r"(x[threadIdx.x]));   // not implemented (yet)
+    asm("dp4a.s32.s32 %0, %1, %1, %1;" : "=r"(r) : "r"(x[threadIdx.x]));   // not implemented (yet)
     y[threadIdx.x] = r;
 }
 '''
     x, y = np.zeros(32, dtype=np.int32), np.zeros(32, dtype=np.uint32)
     r = launch(nvrtc.ptx(source), "groups", 1, 32, [x, y])
     (f,) = r.findings
-    assert f.kind == "unsupported" and "mul24" in f.instruction and "только на GPU" in f.message
+    assert f.kind == "unsupported" and "dp4a" in f.instruction and "только на GPU" in f.message
     assert not y.any()  # stopped there: nothing after it ran
 
 

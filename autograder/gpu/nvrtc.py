@@ -128,12 +128,13 @@ def _compile(source: str, arch: str, filename: str) -> tuple[bool, str]:
     return result == nvrtc.nvrtcResult.NVRTC_SUCCESS, log
 
 
-def ptx(source: str, *, arch: str = "compute_75", filename: str = "kernel.cu") -> str:
+def ptx(source: str, *, arch: str = "compute_75", filename: str = "kernel.cu", options: tuple = ()) -> str:
     """The PTX NVRTC makes of ``source`` for a virtual architecture (``compute_75``, ``compute_80``), with
     line info (``.loc`` lines name ``filename``'s lines): what the driver would JIT, and what the emulator
-    runs.  A source that does not compile raises :class:`CheckFailed` with the compiler's errors."""
+    runs.  ``options``: more NVRTC options, as ``cupy.RawKernel(options=...)`` takes them (``-DBC=64``).
+    A source that does not compile raises :class:`CheckFailed` with the compiler's errors."""
     with _program(source, filename) as (nvrtc, program):
-        options = [f"-arch={arch}".encode(), b"-std=c++17", b"-lineinfo"]
+        options = [f"-arch={arch}".encode(), b"-std=c++17", b"-lineinfo", *(str(o).encode() for o in options)]
         (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             compiled = _result(False, _program_log(nvrtc, program), filename)

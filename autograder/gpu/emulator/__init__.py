@@ -15,25 +15,43 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
   range reduction and 25-bit fixed-point turn; values within 1.8e-7 of its own), ``div.approx.f32`` (a times
   the flushed reciprocal: 0 or NaN for |b| > 2^126), ``rcp.approx.ftz.f64`` (the high word's reciprocal,
   truncated to the high word: 487 of 512 golden elements bit-equal, the rest one high-word unit off).
+  ``ex2.approx.f16`` follows the H200's rounding (a float32 result cut to f16 toward zero, infinity past the
+  largest f16): 511 of the 512 golden elements bit-equal, the other 1 ulp off (tolerance: 2 ulp).
+* ``mma.sync`` with f32 accumulation reproduces the H200's tensor cores: exact products, each product's exponent
+  taken as the sum of its operands', every product and C truncated toward zero at 2^(emax - 25), an exact sum,
+  truncated to f32 (``ops_tensor.accumulate_f32``): all 10 240 golden elements of the five f32 forms (m16n8k8
+  and m16n8k16, f16/bf16/tf32) bit-equal, so the golden test holds them bit-equal.  Other GPUs (sm_75, sm_80,
+  sm_86/89) are not measured and may truncate elsewhere (the lessons' tolerances allow for it); the exponent of a
+  subnormal input is its true one (not measured either).  f16 accumulation is the exact sum rounded once (all
+  2048 golden halves bit-equal); tf32 operands drop their low 13 bits, as the H200 does.
+* ``mma.sync`` and ``ldmatrix`` need the whole warp: a warp that executes one with lanes missing (returned, or a
+  block that is not whole warps) is a ``partial_warp_collective`` finding and its result is what the missing
+  lanes' registers held (ldmatrix: a missing lane's row reads as 0).  ldmatrix rows are the address-giving lanes'
+  16-byte shared loads (bounds, 16-byte alignment, races and uninitialised bytes as for any shared load).
 * ``mul.f32`` whose only use is a following ``add.f32``/``sub.f32`` of the same basic block is run as one FMA, as
   ptxas contracts it (the H200 fused such pairs in 100 % of elements: ../shared/EMULATOR.md, and all 512 of the
   golden pair, an inline-asm block whose product sits in a scoped register); ptxas's own rule is not documented,
   so a pair it leaves unfused (or fuses across blocks) differs by one rounding.  This NVRTC (13.5) leaves no such
   pair in the PTX of lessons 06, 07, 08 (both steps), 09 and 11: NVVM contracts them itself.
-  ``launch(contract=False)`` runs the PTX as written.
+  ``launch(contract=False)`` runs the PTX as written.  f16/bf16 ``mul`` + ``add`` pairs are always run as written.
 * cp.async reads its global source when issued, not when the copy lands (a source written in between differs).
 * Shared-memory races: ``bar.warp.sync`` orders same-warp pairs by a per-lane count of the syncs each lane took
   part in (exact for full-mask ``__syncwarp()``, approximate for partial masks); the readers of a granule in one
   epoch are summarised as (a reader, several readers?, several warps?, the latest warp-sync count).
-* f32 and f64 add/sub/mul/fma (and div/rcp/sqrt.f32) are correctly rounded in every mode, as on the H200
-  (overflow to the largest finite value where the mode rounds towards it, -0.0 for an exact zero sum under rm);
-  f64 lanes near a rounding boundary, at under- or overflow or with a zero result are rounded one by one in
-  Python integers (slow, but rare).  ``div.rz/rm/rp.f64`` are not implemented.
-* H200 behaviour the PTX ISA does not state, followed: float -> integer NaN is 0 from f32 to 32 bits but the
-  sign-bit pattern from f64 or to 64 bits (8- and 16-bit results: not measured, 0); ``testp.normal.f32`` of +-0 is
-  true (f64: not measured, false); 64-bit ``bfe``/``bfi`` use the whole u32 position and length;
-  ``atom.global.add.f32`` flushes subnormals, shared memory does not (generic addresses: not measured, kept).
-* NaN results of float arithmetic are the canonical 0x7fffffff / 0x7ff8...; NaN payloads are not propagated.
+* f32 and f64 add/sub/mul/fma and div.rn/rz/rm/rp (and rcp/sqrt.f32 in those modes) are correctly rounded, as
+  on the H200 (overflow to the largest finite value where the mode rounds towards it, -0.0 for an exact zero sum
+  under rm); f64 add/mul/fma lanes near a rounding boundary, at under- or overflow or with a zero result are
+  rounded one by one in Python integers (slow, but rare).
+* f16/bf16 arithmetic and conversions to f16, bf16 and tf32 are rounded once from an exact (or rounded-to-odd)
+  float64 value in every mode (``rounding.round_to_format``): bit-equal on every golden element.
+* H200 behaviour the PTX ISA does not state, followed: float -> integer NaN is 0 from f32 (and narrower) into at
+  most 32 bits, else the sign bit alone (0x80000000 from f64, 0x8000000000000000 into 64 bits; 8- and 16-bit
+  results from f64: not measured, the sign bit too); ``.sat`` (every float type) and ``.relu`` give +0 for -0;
+  ``testp.normal.f32`` of +-0 is true (f64: not measured, false); 64-bit ``bfe``/``bfi`` use the whole u32
+  position and length; ``atom.global.add.f32`` flushes subnormals, shared memory does not (generic addresses:
+  not measured, kept).
+* NaN results of float arithmetic are the canonical 0x7fffffff / 0x7ff8... (f16, bf16: 0x7fff, for neg and abs
+  too, as on the H200); NaN payloads are not propagated.
 * ``min``/``max`` of -0.0 and +0.0 order -0.0 below +0.0.
 * Integer division by zero gives all ones (quotient) and the dividend (remainder); PTX leaves it undefined.
 * Atomics on one address run in lane order (block by block, lower thread first); float atomic sums can round
@@ -47,18 +65,23 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
   read as 0xFF (NaN for floats).
 * Registers declared in nested ``{ }`` scopes (inline assembly) share one flat namespace.
 * Not implemented (a clean ``unsupported`` finding): ``call`` (printf, non-inlined functions), ``.const`` and
-  module-level ``.global`` variables, textures, ``mma``, ``ldmatrix``, ``cp.async.bulk``, f16x2/bf16 arithmetic,
-  ``mul24``/``mad24``, named barriers with a thread count, ``%clock``.
+  module-level ``.global`` variables, textures, ``cp.async.bulk``, named barriers with a thread count, ``%clock``;
+  ``mma`` shapes and types beyond m16n8k8/m16n8k16 f16/bf16 (m16n8k8 tf32) and m8n8k16 s8/u8 (m16n8k4 tf32,
+  m16n8k16/k32 integer, f64, sparse ``.sp``, ``wmma``), ``ldmatrix`` beyond m8n8 .b16, ``stmatrix``; the half
+  types' tanh/rcp/sqrt and ``ex2.approx.ftz.bf16`` (not measured), ``cvt`` with ``.satfinite`` or fp8 types,
+  ``dp4a``/``dp2a``.
 
 Modules: ``ptx`` (reading PTX), ``program`` (instructions -> closures; the opcode registry), ``ops_*`` (one
-builder per opcode family), ``rounding`` (exact float rounding), ``memory`` (global arena, shared memory with
+builder per opcode family; ``ops_half`` f16/bf16 arithmetic, ``ops_tensor`` mma and ldmatrix), ``rounding``
+(exact float rounding, the narrow formats), ``memory`` (global arena, shared memory with
 shadow state, local memory), ``machine`` (lanes, divergence, barriers, collectives), ``findings``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import ops_async, ops_control, ops_convert, ops_float, ops_integer, ops_memory  # noqa: F401  (builders)
+from . import (ops_async, ops_control, ops_convert, ops_float, ops_half, ops_integer, ops_memory,  # noqa: F401
+               ops_tensor)  # (builders)
 from .errors import Unsupported
 from .findings import Finding
 from .machine import MAX_ISSUES, Machine, Result

@@ -13,7 +13,8 @@ branch on.  Kinds:
 * ``divergent_barrier`` — threads of one block wait at different ``__syncthreads()``;
 * ``barrier_after_exit`` — ``__syncthreads()`` waited for by some threads while others of the block returned;
 * ``partial_warp_collective`` — a warp-wide operation (``__shfl_sync``, ``__ballot_sync``, ``__syncwarp``) not
-  reached by every lane of its mask, or a shuffle reading a lane that does not take part;
+  reached by every lane of its mask, a shuffle reading a lane that does not take part, or ``mma.sync`` /
+  ``ldmatrix`` executed by a warp with lanes missing;
 * ``timeout`` — the kernel did not finish within the instruction budget (an endless loop?).
 """
 from __future__ import annotations

@@ -9,8 +9,9 @@ groups merge.  Blocks are independent; a chunk holds as many whole blocks as fit
 * ``bar.sync`` / ``barrier.sync``: a lane waits; when no group can run, every block whose live threads all
   wait is released (the shared-memory epoch of the block advances).  Threads of one block waiting at
   different barriers, or waiting while others of the block have exited, are findings.
-* Warp collectives (``shfl.sync``, ``vote.sync``, ``bar.warp.sync``, ``activemask``): a warp executes one only
-  when every live lane of its member mask has arrived at it; lanes that arrive early wait.  A collective no
+* Warp collectives (``shfl.sync``, ``vote.sync``, ``match.sync``, ``redux.sync``, ``bar.warp.sync``; ``mma.sync``
+  and ``ldmatrix`` with the full mask): a warp executes one only when every live lane of its member mask has
+  arrived at it; lanes that arrive early wait.  A collective no
   lane can complete any more is a finding (and then runs with the lanes that came).
 * Lanes are laid out block by block, each block padded to whole warps (padding lanes never run).
 """

@@ -1,5 +1,6 @@
 """Moves and conversions: mov (incl. packing and unpacking vectors), cvt (int<->int, int<->float with every
-rounding mode, float<->float, .sat, .ftz, f16, bf16), cvta (generic <-> state-space addresses)."""
+rounding mode, float<->float, .sat, .ftz; f16, bf16, f16x2, bf16x2 and tf32 with every rounding mode, .relu),
+cvta (generic <-> state-space addresses)."""
 from __future__ import annotations
 
 import numpy as np
@@ -52,52 +53,80 @@ _ROUND_INT = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
 
 
 def _residual_sign(x, r, at):
-    """Sign of x - r per lane, exactly: x a 64-bit integer array, r its float64 rounding (RN)."""
-    signed = is_signed(at)
-    with np.errstate(invalid="ignore", over="ignore"):
-        top = r >= (2.0 ** 63 if signed else 2.0 ** 64)  # only 2**63 (2**64) itself: above every x
-        back = np.where(top, 0.0, r).astype(SIGNED[64] if signed else UNSIGNED[64])
+    """The sign of x - r for a 64-bit integer array x and its float64 conversion r, exactly (in integers): r is an
+    integer value, convertible back except where it is 2**63 (signed) or 2**64 (unsigned), above every x."""
+    integer = SIGNED[64] if is_signed(at) else UNSIGNED[64]
+    top = r >= (2.0 ** 63 if is_signed(at) else 2.0 ** 64)
+    back = np.where(top, 0.0, r).astype(integer)
     return np.where(top, -1.0, np.where(x > back, 1.0, np.where(x < back, -1.0, 0.0)))
 
 
 def _int_to_float(x, at, dt, mode):
-    """Integer array -> float of type dt, rounded once in mode (rn rz rm rp)."""
+    """Integer array -> float of type dt, rounded once in mode (rn rz rm rp); f16 and bf16 as raw bits.  Up to 32
+    bits the float64 value is exact; a 64-bit integer's is corrected by the exact sign of its residual."""
     x = np.asarray(x)
-    if dt == "f64":
-        r = x.astype(np.float64)
-        if TYPE_BITS[at] < 64 or mode == "rn":
-            return r
-        return rnd.directed_f64(r, _residual_sign(x, r, at), mode)
-    if dt == "f16":
-        r32 = _int_to_float(x, at, "f32", mode)
-        if mode != "rn":
-            raise Unsupported(f"cvt.{mode}.f16 from an integer")
-        return r32.astype(np.float16)
     r = x.astype(np.float64)
-    if TYPE_BITS[at] == 64:  # float64 rounded to odd, then once to float32 (53 >= 24 + 2 bits)
-        r = rnd.round_to_odd(r, _residual_sign(x, r, at))
+    if TYPE_BITS[at] == 64:
+        e = _residual_sign(x, r, at)
+        if dt == "f64":
+            return rnd.directed_f64(r, e, mode)
+        r = rnd.round_to_odd(r, e)
+    if dt == "f64":
+        return r
+    if dt in _NARROW:
+        return _NARROW[dt](r, mode)
     return rnd.to_f32(r, mode)
 
 
-def _float_to_int(x, dt, mode, at="f32"):
-    """Float -> integer type dt, rounded by mode (rni rzi rmi rpi) and saturated.  NaN: 0, except from an f64
-    source or to a 64-bit integer, where the H200 gives the sign-bit pattern (0x80000000, 0x8000000000000000;
-    for unsigned types too)."""
+def _nan_as_int(at, dt):
+    """What the H200 converts a NaN to (golden data): 0 from f32 (and narrower) into up to 32 bits, else the
+    destination's sign bit alone (0x80000000 from f64, 0x8000000000000000 into 64 bits; for unsigned types too).
+    8- and 16-bit results from f64 (the sign bit here too) are not measured."""
+    bits = TYPE_BITS[dt]
+    if at != "f64" and bits <= 32:
+        return np.zeros((), dtype=DTYPE[dt])
+    return np.array(1 << (bits - 1), dtype=UNSIGNED[bits]).view(DTYPE[dt])[()]
+
+
+def _float_to_int(x, at, dt, mode):
+    """Float (of type at) -> integer type dt, rounded by mode (rni rzi rmi rpi), saturated; NaN as
+    :func:`_nan_as_int`."""
     x = np.asarray(x, dtype=np.float64)
     r = _ROUND_INT[mode](x)
-    bits = TYPE_BITS[dt]
     info = np.iinfo(DTYPE[dt])
-    with np.errstate(invalid="ignore"):
-        nan = np.isnan(r)
-        hi = r >= float(info.max) + 1.0  # 2**31, 2**32, 2**63, 2**64: exact in float64
-        lo = r < float(info.min)
-        out = np.where(nan | hi | lo, 0.0, r).astype(DTYPE[dt])
+    nan = np.isnan(r)
+    hi = r >= float(info.max) + 1.0  # 2**7 ... 2**64, the first value past the range: exact in float64
+    lo = r < float(info.min)
+    out = np.where(nan | hi | lo, 0.0, r).astype(DTYPE[dt])
     out = np.where(hi, np.array(info.max, dtype=DTYPE[dt]), out)
     out = np.where(lo, np.array(info.min, dtype=DTYPE[dt]), out)
-    if nan.any():
-        pattern = 1 << (bits - 1) if (at == "f64" or bits == 64) and bits >= 32 else 0  # 8/16 bits: not measured
-        out = np.where(nan, np.array(pattern, dtype=UNSIGNED[bits]).view(DTYPE[dt]), out)
-    return out
+    return np.where(nan, _nan_as_int(at, dt), out) if nan.any() else out
+
+
+#: Encoders of the narrow float types: float64 (exact or rounded to odd), mode -> raw bits.
+_NARROW = {"f16": rnd.f16_bits, "bf16": rnd.bf16_bits}
+_FLOATS = ("f16", "f32", "f64", "bf16")
+
+
+def _to_narrow(x, dt, mode, relu, sat):
+    """A float value (float64-exact: f16, bf16 as float32, f32, f64) -> raw bits of f16, bf16 or tf32, rounded
+    once in ``mode``; .relu and .sat clamp first (rounding keeps order, so clamping the exact value is the same)."""
+    if dt == "tf32":  # from f32 only, without .relu and .sat; NaN payloads kept (not through float64)
+        return rnd.tf32_bits(x, mode)
+    x = np.asarray(x, dtype=np.float64)
+    if relu:
+        x = rnd.relu(x)
+    if sat:
+        x = rnd.saturate(x)
+    return _NARROW[dt](x, mode)
+
+
+def _packed_pair(convert):
+    """cvt.*.f16x2.f32 / .bf16x2.f32 d, a, b: a's conversion in the upper half of d, b's in the lower."""
+    def both(a, b):
+        hi, lo = (np.asarray(convert(v)).astype(np.uint32) for v in (a, b))
+        return (hi << np.uint32(16)) | lo
+    return both
 
 
 @opcode("cvt")
@@ -107,15 +136,21 @@ def build_cvt(ins, c):
         raise Unsupported("cvt types")
     dt, at = types
     mods = [p for p in ins.parts[1:] if p not in TYPE_BITS]
-    rmode = next((p for p in mods if p in _IRND + _FRND), None)
-    ftz = "ftz" in mods
-    sat = "sat" in mods
-    if set(mods) - set(_IRND + _FRND + ("ftz", "sat")):
+    rmode = next((p for p in mods if p in _IRND + _FRND + ("rna",)), None)
+    ftz, sat, relu = "ftz" in mods, "sat" in mods, "relu" in mods
+    if set(mods) - set(_IRND + _FRND + ("rna", "ftz", "sat", "relu")):
         raise Unsupported("cvt modifier " + ".".join(mods))
-    d = c.dst(ins.operands[0], dt)
-    a = c.src(ins.operands[1], at)
-    dfloat = dt in ("f16", "f32", "f64", "bf16")
-    afloat = at in ("f16", "f32", "f64", "bf16")
+    packed = dt in ("f16x2", "bf16x2")
+    narrow = dt.removesuffix("x2") if packed else dt
+    if (relu or packed or rmode == "rna") and (narrow not in ("f16", "bf16", "tf32") or at != "f32"):
+        raise Unsupported("cvt." + ".".join(ins.parts[1:]))
+    if dt == "tf32" and (rmode != "rna" or relu or sat):
+        raise Unsupported("cvt." + ".".join(ins.parts[1:]))
+    word = {"f16": "b16", "bf16": "b16", "tf32": "b32"}.get(narrow)
+    d = c.dst(ins.operands[0], "b32" if packed else word or dt)
+    sources = [c.src(o, at) for o in ins.operands[1:3 if packed else 2]]
+    dfloat = narrow in _FLOATS + ("tf32",)
+    afloat = at in _FLOATS
 
     def pre(x):
         if at == "bf16":
@@ -127,25 +162,17 @@ def build_cvt(ins, c):
     if afloat and dfloat:
         def convert(x):
             x = pre(x)
-            if rmode in _IRND:  # round to an integral value in the same type
-                r = _ROUND_INT[rmode](x)
-            elif dt == "f64":
+            mode = rmode or "rn"
+            if rmode in _IRND:  # round to an integral value in the same type (exact from here on)
+                x, mode = _ROUND_INT[rmode](x), "rn"
+            if word is not None:
+                return _to_narrow(x, narrow, mode, relu, sat)
+            if dt == "f64":
                 r = np.asarray(x, dtype=np.float64)
-            elif dt == "f32":
-                if at == "f64":
-                    r = rnd.to_f32(np.asarray(x, dtype=np.float64), rmode or "rn")
-                else:
-                    r = np.asarray(x, dtype=np.float32)
-            elif dt == "f16":
-                if (rmode or "rn") != "rn":
-                    raise Unsupported(f"cvt.{rmode}.f16")
-                r = np.asarray(x, dtype=np.float64).astype(np.float16) if at == "f64" else \
-                    np.asarray(x, dtype=np.float32).astype(np.float16)
-            elif dt == "bf16":
-                r = rnd.f32_to_bf16_bits(np.asarray(x, dtype=np.float32), rmode or "rn")
-                return r
+            elif at == "f64":
+                r = rnd.to_f32(np.asarray(x, dtype=np.float64), mode)
             else:
-                raise Unsupported(f"cvt.{dt}.{at}")
+                r = np.asarray(x, dtype=np.float32)
             if ftz and dt == "f32":
                 r = rnd.ftz32(r)
             if sat:
@@ -156,12 +183,12 @@ def build_cvt(ins, c):
             raise Unsupported(f"cvt.{dt}.{at} without .rni/.rzi/.rmi/.rpi")
 
         def convert(x):
-            return _float_to_int(pre(x), dt, rmode, at)
+            return _float_to_int(pre(x), at, dt, rmode)
     elif dfloat:
         if rmode not in _FRND:
             raise Unsupported(f"cvt.{dt}.{at} without .rn/.rz/.rm/.rp")
-        if dt == "bf16":
-            raise Unsupported("cvt.bf16 from an integer")
+        if sat and word is not None:
+            raise Unsupported(f"cvt.sat.{dt}.{at}")
 
         def convert(x):
             r = _int_to_float(x, at, dt, rmode)
@@ -183,6 +210,10 @@ def build_cvt(ins, c):
             return x.astype(UNSIGNED[abits]).astype(UNSIGNED[dbits]).view(DTYPE[dt]) if x.ndim else \
                 np.array(x.astype(UNSIGNED[abits]).astype(UNSIGNED[dbits])).view(DTYPE[dt])
 
+    if packed:
+        pair, (a, b) = _packed_pair(convert), sources
+        return Op(PLAIN, lambda m: d(pair(a(), b()), m))
+    (a,) = sources
     return Op(PLAIN, lambda m: d(convert(a()), m))
 
 

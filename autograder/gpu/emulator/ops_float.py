@@ -7,7 +7,9 @@ exact too.  Approximations (ex2, lg2, rsqrt, tanh, div.full, rcp.approx.f32, sqr
 float64 and rounded once: a GPU is within its documented ulps of these, not bit-equal.  sin/cos.approx,
 div.approx.f32 and rcp.approx.ftz.f64 follow the H200's own reduction, flushing and special values.
 f64 add/sub/mul/fma in every mode are correctly rounded: TwoSum/TwoProd on the vector path, and the lanes near a
-rounding boundary, at under- or overflow or with a zero result exactly, in Python integers (rounding.fma_f64).
+rounding boundary, at under- or overflow or with a zero result exactly, in Python integers (rounding.fma_f64);
+div.rz/rm/rp.f64 are exact too (:func:`div64`).  The f16/bf16 forms of these mnemonics are ops_half's ("half"
+builder family).
 """
 from __future__ import annotations
 
@@ -216,6 +218,27 @@ def div_approx32(x, y, ftz=False):
         return np.where(small, r * _TWO24, r) if np.any(small) else r
 
 
+def div64(x, y, mode="rn"):
+    """float64 x / y in any rounding mode: RN by NumPy, directed modes from the exact sign of x / y - q.
+
+    That sign is the sign of x - q*y (times y's), computed on the mantissas (frexp) with q scaled alike, so
+    nothing overflows or underflows: q*2^k is exact, its TwoProd with y's mantissa is exact, and the difference
+    keeps the right sign (exact by Sterbenz where it is small)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    q = np.divide(x, y)
+    if mode == "rn":
+        return q
+    with np.errstate(all="ignore"):
+        mx, ex = np.frexp(x)
+        my, ey = np.frexp(y)
+        finite = np.isfinite(x) & np.isfinite(y) & (x != 0) & (y != 0)
+        qs = np.where(np.isfinite(q), np.ldexp(q, ey - ex), np.sign(q) * 4.0)  # an overflow is above every finite
+        p, e = rnd.two_prod(qs, my)
+        residual = np.sign((mx - p) - e) * np.sign(my)
+    return rnd.directed_f64(q, np.where(finite, residual, 0.0), mode)
+
+
 def sqrt32(x, mode="rn"):
     x = np.asarray(x, dtype=np.float32)
     r = np.sqrt(x)
@@ -231,8 +254,6 @@ def sqrt32(x, mode="rn"):
 def build_div(ins, c):
     mods, mode = _mods(ins, _KNOWN)
     t = _typ(ins, c)
-    if mode != "rn" and t != "f32":
-        raise Unsupported(f"div.{mode}.{t}")
     d = c.dst(ins.operands[0], t)
     a, b = _inputs(t, mods, [c.src(o, t) for o in ins.operands[1:3]])
     fin = _finish(t, mods)
@@ -246,7 +267,7 @@ def build_div(ins, c):
             d(fin(div32(a(), b(), mode)), m)
     else:
         def run(m):
-            d(fin(np.divide(a(), b())), m)
+            d(fin(div64(a(), b(), mode)), m)
     return Op(PLAIN, run)
 
 

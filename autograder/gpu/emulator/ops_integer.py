@@ -1,5 +1,5 @@
-"""Integer and bit operations: add sub mul mad (.lo .hi .wide) div rem neg abs min max and or xor not cnot shl
-shr popc clz brev bfe bfi prmt; comparisons (setp, int and float) and selp.
+"""Integer and bit operations: add sub mul mad (.lo .hi .wide) mul24 mad24 div rem neg abs min max and or xor not
+cnot shl shr popc clz brev bfe bfi prmt (every mode); comparisons (setp, int and float) and selp.
 
 Integers wrap modulo 2**n as on the GPU (NumPy arrays of the instruction's type).  Division by zero gives what
 the GPU's integer division routine gives for u32 (all ones) and 0 remainder semantics of C are kept (rem has
@@ -103,6 +103,37 @@ def build_mad(ins, c):
     def run(m):
         d(np.add(product(), z(), dtype=dt), m)
     return Op(PLAIN, run)
+
+
+def _product24(ins, c):
+    """mul24/mad24's product of the low 24 bits of a and b (sign-extended for .s32), low or high 32 bits of the
+    48-bit product: (product(), d)."""
+    _check(ins, {"lo", "hi"})
+    t = c.type_of(ins, ("u32", "s32"))
+    a, b = (c.src(o, t) for o in ins.operands[1:3])
+    shift = np.int64(16) if "hi" in ins.parts else np.int64(0)
+
+    def low24(x):
+        x = np.asarray(x).astype(np.int64) & np.int64(0xFFFFFF)
+        return np.where(x & np.int64(0x800000), x - np.int64(1 << 24), x) if is_signed(t) else x
+
+    def product():
+        p = (low24(a()) * low24(b())) >> shift
+        return (p & np.int64(0xFFFFFFFF)).astype(np.uint32).view(DTYPE[t])
+    return product, c.dst(ins.operands[0], t), t
+
+
+@opcode("mul24", family="int")
+def build_mul24(ins, c):
+    product, d, _ = _product24(ins, c)
+    return Op(PLAIN, lambda m: d(product(), m))
+
+
+@opcode("mad24", family="int")
+def build_mad24(ins, c):
+    product, d, t = _product24(ins, c)
+    z = c.src(ins.operands[3], t)
+    return Op(PLAIN, lambda m: d(np.add(product(), z(), dtype=DTYPE[t]), m))
 
 
 def _divrem(x, y, t, want_rem):
@@ -357,23 +388,57 @@ def build_bfi(ins, c):
     return Op(PLAIN, run)
 
 
+#: prmt's fixed modes: for the selector's two low bits, the source byte (of b:a, a = bytes 0-3) of each
+#: destination byte, d.b0 first (PTX ISA, "prmt").
+_PRMT_MODES = {
+    "f4e": ((0, 1, 2, 3), (1, 2, 3, 4), (2, 3, 4, 5), (3, 4, 5, 6)),
+    "b4e": ((0, 7, 6, 5), (1, 0, 7, 6), (2, 1, 0, 7), (3, 2, 1, 0)),
+    "rc8": ((0, 0, 0, 0), (1, 1, 1, 1), (2, 2, 2, 2), (3, 3, 3, 3)),
+    "ecl": ((0, 1, 2, 3), (1, 1, 2, 3), (2, 2, 2, 3), (3, 3, 3, 3)),
+    "ecr": ((0, 0, 0, 0), (0, 1, 1, 1), (0, 1, 2, 2), (0, 1, 2, 3)),
+    "rc16": ((0, 1, 0, 1), (2, 3, 2, 3), (0, 1, 0, 1), (2, 3, 2, 3)),
+}
+
+
+def _prmt_generic(x, sel):
+    """The default mode: each selector nibble picks a byte of b:a (bits 0-2) and may replicate its sign (bit 3)."""
+    r = np.zeros(np.broadcast(x, sel).shape, dtype=np.uint64)
+    for k in range(4):
+        nib = (sel >> np.uint64(4 * k)) & np.uint64(0xF)
+        byte = (x >> ((nib & np.uint64(7)) * np.uint64(8))) & np.uint64(0xFF)
+        byte = np.where(nib & np.uint64(8), np.where(byte & np.uint64(0x80), np.uint64(0xFF), np.uint64(0)), byte)
+        r |= byte << np.uint64(8 * k)
+    return r
+
+
+def _prmt_fixed(mode):
+    """A fixed mode: the selector's two low bits pick a row of :data:`_PRMT_MODES`."""
+    table = np.array(_PRMT_MODES[mode], dtype=np.uint64)  # (selector, destination byte) -> source byte
+
+    def permute(x, sel):
+        rows = table[(sel & np.uint64(3)).astype(np.int64)]
+        r = np.zeros(np.broadcast(x, sel).shape, dtype=np.uint64)
+        for k in range(4):
+            r |= ((x >> (rows[..., k] * np.uint64(8))) & np.uint64(0xFF)) << np.uint64(8 * k)
+        return r
+    return permute
+
+
 @opcode("prmt", family="int")
 def build_prmt(ins, c):
-    if len(ins.parts) != 2:
+    """prmt.b32[.mode] d, a, b, c: bytes of b:a picked by the selector c (a nibble per byte, or a fixed mode)."""
+    if len(ins.parts) == 2:
+        permute = _prmt_generic
+    elif len(ins.parts) == 3 and ins.parts[2] in _PRMT_MODES:
+        permute = _prmt_fixed(ins.parts[2])
+    else:
         raise Unsupported("prmt mode")
     d = c.dst(ins.operands[0], "b32")
     a, b, s = (c.src(o, "b32") for o in ins.operands[1:4])
 
     def run(m):
         x = (np.asarray(b()).astype(np.uint64) << np.uint64(32)) | np.asarray(a()).astype(np.uint64)
-        sel = np.asarray(s()).astype(np.uint64)
-        r = np.zeros(np.broadcast(x, sel).shape, dtype=np.uint64)
-        for k in range(4):
-            nib = (sel >> np.uint64(4 * k)) & np.uint64(0xF)
-            byte = (x >> ((nib & np.uint64(7)) * np.uint64(8))) & np.uint64(0xFF)
-            byte = np.where(nib & np.uint64(8), np.where(byte & np.uint64(0x80), np.uint64(0xFF), np.uint64(0)), byte)
-            r |= byte << np.uint64(8 * k)
-        d(r.astype(np.uint32), m)
+        d(permute(x, np.asarray(s()).astype(np.uint64)).astype(np.uint32), m)
     return Op(PLAIN, run)
 
 

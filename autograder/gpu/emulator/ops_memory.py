@@ -1,5 +1,6 @@
 """Memory instructions: ld, st (.param .global .shared .local and generic; .v2 .v4; cache hints ignored), atom and
-red (global, shared, generic: add min max exch cas and or xor inc dec; f32/f64 add).
+red (global, shared, generic: add min max exch cas and or xor inc dec; f32/f64 add; add.noftz of f16, f16x2,
+bf16, bf16x2).
 
 Atomics run in lane order: lanes hitting one address are applied one after another, lowest lane first (the GPU's
 order is unspecified, so float atomic sums can differ from the GPU's in the last bits)."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import Unsupported
+from .ops_half import HALF_TYPES, add_words
 from .program import DTYPE, PLAIN, SIGNED, UNSIGNED, Op, is_signed, opcode
 from .ptx import TYPE_BITS
 from .rounding import ftz32
@@ -166,6 +168,9 @@ def build_st(ins, c):
 
 def _apply(op, t, old, b, cval):
     dt = DTYPE[t]
+    if t in HALF_TYPES:  # add.noftz of raw words
+        bits = UNSIGNED[TYPE_BITS[t]]
+        return add_words(old.view(bits), b.view(bits), t).astype(bits).view(dt)
     if op == "add":
         return np.add(old, b, dtype=dt)
     if op == "min":
@@ -197,9 +202,10 @@ def _atomic(ins, c, returns):
     space = next((p for p in parts if p in ("global", "shared")), "generic")
     op = next((p for p in parts if p in _ATOM_OPS), None)
     t = next((p for p in reversed(parts) if p in TYPE_BITS), None)
+    half = t in HALF_TYPES
     extra = [p for p in parts if p not in _ATOM_OPS and p not in TYPE_BITS and p not in _IGNORED
-             and p not in ("global", "shared")]
-    if op is None or t is None or extra or t in ("f16", "bf16", "f16x2", "bf16x2"):
+             and p not in ("global", "shared") and not (half and p == "noftz")]
+    if op is None or t is None or extra or (half and (op != "add" or "noftz" not in parts)):
         raise Unsupported("form")
     if t in ("f32", "f64") and op not in ("add", "exch", "min", "max"):
         raise Unsupported(f"atom.{op}.{t}")
@@ -234,7 +240,7 @@ def _atomic(ins, c, returns):
         group_start = np.maximum.accumulate(np.where(first, np.arange(len(sa)), 0))
         rank = np.arange(len(sa)) - group_start
         rounds = int(rank.max()) + 1 if len(rank) else 0
-        if op == "add" and t not in ("f32", "f64") and rounds > 1:
+        if op == "add" and t not in ("f32", "f64") + HALF_TYPES and rounds > 1:
             # integer adds commute: old = base + the sum of the earlier lanes' operands (mod 2**n)
             base = machine.atomic_io(space, idx[order][first], sa[first], size, ins)
             vals = bv[order].astype(dt)

@@ -56,8 +56,9 @@ CONTRACTED = "mul+add"
 
 
 def opcode(*names, family=None):
-    """Register a builder for the mnemonics ``names``; ``family`` "float" or "int" where the same mnemonic
-    has a builder per family (chosen by the instruction's last type: f16/bf16/f32/f64 are "float")."""
+    """Register a builder for the mnemonics ``names``; ``family`` "float", "half" or "int" where the same
+    mnemonic has a builder per family (chosen by the instruction's last type: f32/f64 are "float",
+    f16/bf16/f16x2/bf16x2 "half")."""
     def register(fn):
         for n in names:
             BUILDERS[(n, family)] = fn
@@ -68,7 +69,7 @@ def opcode(*names, family=None):
 def family_of(ins: Instruction) -> str:
     for p in reversed(ins.parts):
         if p in TYPE_BITS:
-            return "float" if p in ("f16", "bf16", "f32", "f64", "f16x2", "bf16x2") else "int"
+            return "half" if p in ("f16", "bf16", "f16x2", "bf16x2") else "float" if p in ("f32", "f64") else "int"
     return "int"
 
 

@@ -261,7 +261,9 @@ def _kernel(name, params, body, module_vars, files) -> Kernel:
             stmt = m.group(2).strip()
             if not stmt:
                 continue
-        for piece in [s.strip() for s in stmt.split(";") if s.strip()]:
+        for piece in [s.strip().lstrip("{}").strip() for s in stmt.split(";")]:  # nested { } scopes
+            if not piece:
+                continue
             if piece.startswith(".reg"):
                 rm = _REG.match(piece)
                 if rm is None:

@@ -4,9 +4,16 @@
   float64 value to odd (its last bit set when the residual is not zero) and then to float32 rounds the exact
   value correctly in every mode (float64 has more than two bits beyond float32's 24).
 * Directed modes (rz, rm, rp) are RN plus a one-ulp correction where RN went the wrong way.
+* Narrow formats (f16, bf16, tf32: :class:`Format`) are rounded once from float64 in any mode by
+  :func:`round_to_format`; their sums and products are exact in float64 or rounded to odd first
+  (:func:`odd_sum`), so no value is rounded twice.
+* float64 add/mul/fma in any mode (:func:`add_f64`, :func:`mul_f64`, :func:`fma_f64`): TwoSum/TwoProd on the
+  vector path; the rare lanes it cannot round (near a rounding boundary, under/overflow, exact zeros) are rounded
+  exactly in Python integers (:func:`round_rational`).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from fractions import Fraction
 
@@ -131,45 +138,134 @@ def ftz64(x):
 
 
 def saturate(x):
-    """Clamped to [0, 1]; NaN and -0.0 (so every negative value) to +0.0, as the H200 does."""
-    r = np.clip(x, 0, 1)
-    zero = (r != r) | (r == 0)
-    if zero.any():
-        r = np.where(zero, np.zeros((), dtype=r.dtype), r)
-    return r
+    """.sat: clamped to [0, 1], NaN and -0 (and every negative value) to +0 (H200: add.rn.sat.f16 and
+    add.rn.sat.f32 of -0 and -0 give +0); keeps the dtype."""
+    x = np.asarray(x)
+    return np.where(x > 0, np.minimum(x, np.ones((), x.dtype)), np.zeros((), x.dtype))
 
 
-def f32_to_bf16_bits(x, mode: str = "rn"):
-    """float32 -> bfloat16 raw bits (uint16), round to nearest even (or toward zero); NaN stays a quiet NaN."""
-    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    if mode == "rn":
-        rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    elif mode == "rz":
-        rounded = u >> 16
-    else:
+# --- narrow formats: f16, bf16, tf32 --------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """A binary floating-point format: ``precision`` significand bits (the hidden one included), the exponents
+    of its smallest and largest normal binades."""
+
+    name: str
+    precision: int
+    emin: int
+    emax: int
+
+    @property
+    def largest(self) -> float:
+        return math.ldexp(2 ** self.precision - 1, self.emax - self.precision + 1)
+
+    @property
+    def smallest_normal(self) -> float:
+        return math.ldexp(1.0, self.emin)
+
+
+F16 = Format("f16", 11, -14, 15)
+F32 = Format("f32", 24, -126, 127)
+F64 = Format("f64", 53, -1022, 1023)
+BF16 = Format("bf16", 8, -126, 127)
+TF32 = Format("tf32", 11, -126, 127)
+MODES = ("rn", "rna", "rz", "rm", "rp")
+
+
+def round_to_format(x, fmt: Format, mode: str = "rn"):
+    """float64 ``x`` rounded once to ``fmt`` in ``mode`` (rn: to nearest even, rna: to nearest, ties away from
+    zero, rz, rm, rp), subnormals and overflow included; returns float64 holding the rounded value.
+
+    ``x`` must be the exact value or that value rounded to odd in float64 (:func:`round_to_odd`): float64 keeps
+    more than two bits beyond every narrow format, so the one rounding here is the correct rounding of the exact
+    value.  Works on the magnitude scaled to whole units in the last place of ``fmt`` (scaling by a power of two
+    and taking the integer part are exact)."""
+    if mode not in MODES:
         raise ValueError(mode)
-    nan = np.isnan(np.asarray(x, dtype=np.float32))
-    out = np.where(nan, (u >> 16) | 0x40, rounded)
-    return out.astype(np.uint16)
+    x = np.asarray(x, dtype=np.float64)
+    magnitude = np.abs(x)
+    finite = np.isfinite(magnitude) & (magnitude != 0)
+    magnitude = np.where(finite, magnitude, 1.0)
+    exponent = np.frexp(magnitude)[1] - 1  # magnitude in [2**exponent, 2**(exponent + 1))
+    quantum = np.maximum(exponent, fmt.emin) - (fmt.precision - 1)
+    units = np.ldexp(magnitude, -quantum)
+    whole = np.floor(units)
+    rest = units - whole
+    negative = np.signbit(x)
+    if mode == "rn":
+        up = (rest > 0.5) | ((rest == 0.5) & (np.fmod(whole, 2.0) == 1.0))
+    elif mode == "rna":
+        up = rest >= 0.5
+    elif mode == "rz":
+        up = np.zeros(x.shape, dtype=bool)
+    elif mode == "rp":
+        up = (rest > 0) & ~negative
+    else:
+        up = (rest > 0) & negative
+    r = np.ldexp(whole + up, quantum)
+    over = r > fmt.largest
+    if over.any():
+        to_infinity = {"rn": True, "rna": True, "rz": False, "rp": ~negative, "rm": negative}[mode]
+        r = np.where(over, np.where(to_infinity, np.inf, fmt.largest), r)
+    return np.where(finite, np.copysign(r, x), x)
+
+
+def relu(x):
+    """.relu: negative values and -0 to +0 (H200: cvt.rn.relu.bf16.f32 of -0), NaN stays NaN."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(x <= 0, 0.0, x)
+
+
+def odd_sum(a, b):
+    """float64 a + b rounded to odd (exact input for :func:`round_to_format`; a and b finite or not)."""
+    s, e = two_sum(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+    return round_to_odd(s, e)
+
+
+F16_CANON_NAN = 0x7FFF
+BF16_CANON_NAN = 0x7FFF
+
+
+def f16_bits(x, mode: str = "rn"):
+    """float64 ``x`` (exact or rounded to odd) -> float16 raw bits in ``mode``; NaN as the GPU's 0x7fff."""
+    r = round_to_format(x, F16, mode).astype(np.float16).view(np.uint16)
+    return np.where(np.isnan(np.asarray(x)), np.uint16(F16_CANON_NAN), r)
+
+
+def f16_bits_to_f64(b):
+    return np.asarray(b, dtype=np.uint16).view(np.float16).astype(np.float64)
+
+
+def bf16_bits(x, mode: str = "rn"):
+    """float64 ``x`` (exact or rounded to odd) -> bfloat16 raw bits in ``mode``; NaN as the GPU's 0x7fff."""
+    r = round_to_format(x, BF16, mode).astype(np.float32).view(np.uint32) >> np.uint32(16)
+    return np.where(np.isnan(np.asarray(x)), np.uint16(BF16_CANON_NAN), r.astype(np.uint16))
 
 
 def bf16_bits_to_f32(b):
     return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def tf32_bits(x, mode: str = "rna"):
+    """float32 -> tf32 (float32 bits with the low 13 cleared), rounded in ``mode``; the H200 truncates the
+    payload of a NaN (so 0x7f800001 becomes inf: golden data, cvt.rna.tf32.f32)."""
+    x = np.asarray(x, dtype=np.float32)
+    r = round_to_format(x.astype(np.float64), TF32, mode).astype(np.float32).view(np.uint32)
+    return np.where(np.isfinite(x), r, x.view(np.uint32) & np.uint32(0xFFFFE000))
+
+
 # --- exact rounding of rationals (per lane, Python integers): for the rare lanes the vector paths cannot round --
-_FORMATS = {"f32": (24, -126, 127), "f64": (53, -1022, 1023)}
-
-
-def round_rational(q, fmt: str = "f64", mode: str = "rn", zero_negative: bool = False) -> float:
-    """The exact rational ``q`` (int or Fraction) rounded once to ``fmt`` (f32, f64) in ``mode`` (rn rz rm rp),
+def round_rational(q, fmt: Format = F64, mode: str = "rn", zero_negative: bool = False) -> float:
+    """The exact rational ``q`` (int or Fraction) rounded once to ``fmt`` (a :class:`Format`: F32, F64 and the
+    narrower ones) in ``mode`` (rn rz rm rp),
     as IEEE 754 does it: at the subnormal quantum below the normal range, overflow to infinity where the mode
     rounds away from zero and to the largest finite value where it rounds towards zero (rz; rm of a positive,
     rp of a negative value).  A zero ``q`` gives -0.0 where ``zero_negative``.  Returns a Python float (an f32
     result is exact in it)."""
     if q == 0:
         return -0.0 if zero_negative else 0.0
-    precision, emin, emax = _FORMATS[fmt]
+    precision, emin, emax = fmt.precision, fmt.emin, fmt.emax
     neg = q < 0
     a = -q if neg else q
     num, den = (a.numerator, a.denominator)
@@ -195,7 +291,7 @@ def round_rational(q, fmt: str = "f64", mode: str = "rn", zero_negative: bool = 
         return -0.0 if neg else 0.0
     if m.bit_length() + quantum > emax + 1:  # overflow
         toward_zero = mode == "rz" or (mode == "rm" and not neg) or (mode == "rp" and neg)
-        big = (2 - 2.0 ** (1 - precision)) * 2.0 ** emax if toward_zero else math.inf
+        big = fmt.largest if toward_zero else math.inf
         return -big if neg else big
     r = math.ldexp(m, quantum)
     return -r if neg else r
@@ -209,7 +305,7 @@ def _exact_zero_negative(mode, sign_a, sign_b, both_zero):
     return mode == "rm"
 
 
-def fma_exact(x, y, z, mode: str = "rn", fmt: str = "f64"):
+def fma_exact(x, y, z, mode: str = "rn", fmt: Format = F64):
     """x * y + z rounded once, lane by lane in Python integers (slow: for the lanes a vector path cannot round).
     Infinities and NaNs as IEEE 754 (a finite product overflowing is no infinity: inf - huge product = inf)."""
     x, y, z = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (x, y, z)))
@@ -228,12 +324,12 @@ def fma_exact(x, y, z, mode: str = "rn", fmt: str = "f64"):
     return out
 
 
-def add_exact(x, y, mode: str = "rn", fmt: str = "f64"):
+def add_exact(x, y, mode: str = "rn", fmt: Format = F64):
     """x + y rounded once, lane by lane (see :func:`fma_exact`)."""
     return fma_exact(x, np.float64(1.0), y, mode, fmt)
 
 
-def mul_exact(x, y, mode: str = "rn", fmt: str = "f64"):
+def mul_exact(x, y, mode: str = "rn", fmt: Format = F64):
     """x * y rounded once, lane by lane (see :func:`fma_exact`); the sign of a zero product is the operands'."""
     x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
     out = np.empty(x.shape, dtype=np.float64)

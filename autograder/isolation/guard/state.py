@@ -16,6 +16,8 @@ _state = {
     "secret": (),                  # folders student code may not read
     "write_protected": (),         # folders student code may not change...
     "write_allowed": (),           # ... except these
+    "signals": {},                 # handlers at install (none before: nothing to restore)
+    "threads": None,               # threads at install (None before: not counted)
 }
 
 #: The repository checkout this package lives in (its solutions/ are the instructor's).

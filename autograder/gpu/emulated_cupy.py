@@ -1,0 +1,235 @@
+"""A stand-in for CuPy whose kernels run on the PTX emulator (:mod:`autograder.gpu.emulator`): no GPU needed.
+
+What the course's wrappers use is here: ``RawKernel`` (NVRTC PTX for :data:`ARCH`, then the emulator; options such
+as ``-DBC=64``; ``max_dynamic_shared_size_bytes``), device arrays (:class:`ndarray`, a NumPy array that stands
+for device memory: ``get``, ``set``, slicing, arithmetic), ``asarray``/``asnumpy``/``empty``/``zeros``/``ones``/
+``full``/``*_like``/``ascontiguousarray``, the dtypes, ``cuda.Device()`` (attributes of a T4, the GPU a student
+without one is most likely to get) and ``cuda.runtime.getDeviceProperties``.  New arrays from ``empty`` are filled
+with NaN bytes (0xFF), as the GPU checks fill every new allocation.  Anything else fails with a message that
+names it, never with a wrong answer.
+
+Every launch is appended to :data:`LAUNCHES` (kernel name and the emulator's :class:`~.emulator.Result`).  A fatal
+finding (out of bounds, misaligned, unsupported, timeout) raises :class:`EmulatedFault`, as a GPU raises a CUDA
+error; the others (races, uninitialised shared reads, divergent barriers) are only recorded: whoever runs the
+code decides what they cost (a race must fail the check that ran it: lockstep hides races in the values).
+
+This is part 1's stand-in (the bank comparison, ``benchmarks/emulator_vs_h200.py``): :func:`installed` puts it
+in place of ``cupy`` and of the GPU runtime's device memory for the duration of a block.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+
+import numpy as np
+
+from . import nvrtc
+from .emulator import launch
+from .emulator.findings import FATAL
+
+#: The virtual architecture the stand-in compiles for: the T4's (sm_75), the Colab GPU.
+ARCH = "compute_75"
+
+#: ``cuda.Device().attributes`` of a Tesla T4 (the CUDA runtime's names).
+T4_ATTRIBUTES = {
+    "MaxThreadsPerBlock": 1024, "MaxSharedMemoryPerBlock": 48 * 1024, "MaxSharedMemoryPerBlockOptin": 64 * 1024,
+    "MaxSharedMemoryPerMultiprocessor": 64 * 1024, "MultiProcessorCount": 40, "WarpSize": 32,
+    "ComputeCapabilityMajor": 7, "ComputeCapabilityMinor": 5, "MaxRegistersPerBlock": 65536,
+    "MaxThreadsPerMultiProcessor": 1024, "L2CacheSize": 4 * 2**20,
+}
+#: ``cuda.runtime.getDeviceProperties`` of a Tesla T4 (the keys the lessons read).
+T4_PROPERTIES = {"name": b"Tesla T4 (emulated)", "major": 7, "minor": 5, "multiProcessorCount": 40, "warpSize": 32,
+                 "maxThreadsPerBlock": 1024, "maxThreadsPerMultiProcessor": 1024, "regsPerMultiprocessor": 65536,
+                 "sharedMemPerBlock": 48 * 1024, "sharedMemPerBlockOptin": 64 * 1024,
+                 "sharedMemPerMultiprocessor": 64 * 1024, "l2CacheSize": 4 * 2**20, "totalGlobalMem": 15 * 2**30}
+
+#: Every launch since the last :func:`reset`: (kernel name, emulator result).
+LAUNCHES: list = []
+
+
+class EmulatedFault(RuntimeError):
+    """A kernel did what stops a GPU (an illegal address, a misaligned access) or what the emulator cannot run."""
+
+
+class ndarray(np.ndarray):
+    """A device array: NumPy memory that stands for the GPU's."""
+
+    def get(self):
+        return np.array(self, copy=True).view(np.ndarray)
+
+    def set(self, array):
+        self[...] = np.asarray(array)
+
+
+def _device(array) -> ndarray:
+    return np.array(array, copy=True).view(ndarray)
+
+
+def asarray(a, dtype=None):
+    if isinstance(a, ndarray) and (dtype is None or a.dtype == np.dtype(dtype)):
+        return a
+    return _device(np.asarray(a, dtype=dtype))
+
+
+def ascontiguousarray(a, dtype=None):
+    return _device(np.ascontiguousarray(a, dtype=dtype))
+
+
+def asnumpy(a):
+    return np.array(a, copy=True).view(np.ndarray)
+
+
+def empty(shape, dtype=np.float32, order="C"):
+    out = np.empty(shape, dtype=dtype, order=order).view(ndarray)
+    out.view(np.uint8)[...] = 0xFF  # NaN in every float, -1 in every integer: unwritten elements show
+    return out
+
+
+def empty_like(a, dtype=None):
+    return empty(np.shape(a), dtype=a.dtype if dtype is None else dtype)
+
+
+def zeros(shape, dtype=np.float32):
+    return np.zeros(shape, dtype=dtype).view(ndarray)
+
+
+def zeros_like(a, dtype=None):
+    return zeros(np.shape(a), dtype=a.dtype if dtype is None else dtype)
+
+
+def ones(shape, dtype=np.float32):
+    return np.ones(shape, dtype=dtype).view(ndarray)
+
+
+def ones_like(a, dtype=None):
+    return ones(np.shape(a), dtype=a.dtype if dtype is None else dtype)
+
+
+def full(shape, fill_value, dtype=None):
+    return np.full(shape, fill_value, dtype=dtype).view(ndarray)
+
+
+class RawKernel:
+    """``cupy.RawKernel``: the source is compiled to PTX when first launched and run on the emulator."""
+
+    def __init__(self, code: str, name: str, options=(), backend: str = "nvrtc", **kwargs):
+        self.code, self.name, self.options = code, name, tuple(options)
+        self.max_dynamic_shared_size_bytes = 0
+        self._ptx = None
+
+    @property
+    def attributes(self) -> dict:
+        return {"max_dynamic_shared_size_bytes": self.max_dynamic_shared_size_bytes,
+                "max_threads_per_block": T4_ATTRIBUTES["MaxThreadsPerBlock"]}
+
+    def __call__(self, grid, block, args, *, shared_mem: int = 0, stream=None, enable_cooperative_groups=False):
+        if self._ptx is None:
+            self._ptx = nvrtc.ptx(self.code, arch=ARCH, options=self.options)
+        limit = max(T4_ATTRIBUTES["MaxSharedMemoryPerBlock"], self.max_dynamic_shared_size_bytes)
+        if shared_mem > limit:
+            raise EmulatedFault(f"cudaErrorInvalidValue: shared_mem={shared_mem} Б больше допустимого ({limit} Б; "
+                                "больше 48 КиБ — только после kernel.max_dynamic_shared_size_bytes = ...)")
+        values = [a.view(np.ndarray) if isinstance(a, np.ndarray) else a for a in args]
+        result = launch(self._ptx, self.name, grid, block, values, shared_mem)
+        LAUNCHES.append((self.name, result))
+        fatal = [f for f in result.findings if f.kind in FATAL]
+        if fatal:
+            raise EmulatedFault(f"ядро {self.name} остановлено эмулятором GPU: {fatal[0]}")
+
+
+class _Device:
+    def __init__(self, device: int = 0):
+        self.id = device
+        self.attributes = dict(T4_ATTRIBUTES)
+        self.compute_capability = "75"
+
+    def synchronize(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _unsupported(name: str):
+    def fail(*args, **kwargs):
+        raise NotImplementedError(f"эмулятор GPU не поддерживает {name}: запустите эту ячейку на GPU (Colab)")
+    return fail
+
+
+cuda = types.SimpleNamespace(
+    Device=_Device,
+    runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda device=0: dict(T4_PROPERTIES)),
+    Event=_unsupported("cupy.cuda.Event (время на эмуляторе не измеряется)"),
+    get_elapsed_time=_unsupported("cupy.cuda.get_elapsed_time"),
+)
+
+float16, float32, float64 = np.float16, np.float32, np.float64
+int8, int16, int32, int64 = np.int8, np.int16, np.int32, np.int64
+uint8, uint16, uint32, uint64 = np.uint8, np.uint16, np.uint32, np.uint64
+bool_ = np.bool_
+__version__ = "emulated"
+
+
+def reset() -> None:
+    LAUNCHES.clear()
+
+
+def findings() -> list:
+    """Every finding of every launch since :func:`reset`."""
+    return [f for _, result in LAUNCHES for f in result.findings]
+
+
+def __getattr__(name: str):
+    if hasattr(np, name) and callable(getattr(np, name)):  # elementwise helpers a wrapper may use (sqrt, exp, ...)
+        fn = getattr(np, name)
+
+        def on_device(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            return out.view(ndarray) if isinstance(out, np.ndarray) else out
+        return on_device
+    raise AttributeError(f"эмулятор GPU не поддерживает cupy.{name}: запустите эту ячейку на GPU (Colab)")
+
+
+# --- in place of CuPy and of the GPU runtime's device memory -------------------------------------
+
+@contextlib.contextmanager
+def installed():
+    """``cupy`` is this module and the GPU runtime's device memory is the stand-in's, for the block.
+
+    The runtime's guard bytes and allocator hook are CuPy internals; on the emulator every access is checked
+    against its allocation instead, so :func:`autograder.gpu.runtime.device` becomes a plain copy and
+    :func:`~autograder.gpu.runtime.run_student` a plain call that turns an :class:`EmulatedFault` into the check's
+    failure.
+    """
+    from ..checks.core import CheckFailed, call_student
+    from ..isolation import guard
+    from . import runtime
+
+    module = sys.modules[__name__]
+
+    def run_student(function, *args, case: str, what: str, **kwargs):
+        try:
+            return call_student(function, *args, case=case, what=what, **kwargs)
+        except CheckFailed as failure:
+            raise CheckFailed(f"{failure} (проверено на эмуляторе GPU)") from None
+
+    saved = {name: getattr(runtime, name) for name in ("_cp", "device", "run_student", "require_gpu")}
+    saved_module = sys.modules.get("cupy")
+    sys.modules["cupy"] = module
+    runtime._cp, runtime.device, runtime.run_student = module, _device, run_student
+    runtime.require_gpu = lambda: None
+    guard.trust_grader_changes()
+    try:
+        yield module
+    finally:
+        for name, value in saved.items():
+            setattr(runtime, name, value)
+        if saved_module is None:
+            sys.modules.pop("cupy", None)
+        else:
+            sys.modules["cupy"] = saved_module
+        guard.trust_grader_changes()

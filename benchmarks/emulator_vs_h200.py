@@ -1,0 +1,162 @@
+"""Every entry of the GPU banks (06, 07, 08, 09, 11) on the PTX emulator and on a GPU, side by side (issue 26).
+
+    python3 benchmarks/emulator_vs_h200.py                      # on a GPU machine: both sides, writes the JSON
+    python3 benchmarks/emulator_vs_h200.py --lessons 07 --entries reference,no_tail_guard --workers 2
+    python benchmarks/emulator_vs_h200.py --emulator-only ...   # no GPU: the emulator's column alone, no JSON
+
+Each entry's value checks (``tests/emulated_banks.py``: the checks that compare the wrapper's output with the
+oracle, on their visible and hidden cases) run once with real CuPy on the GPU and once with the CuPy stand-in
+(``autograder.gpu.emulated_cupy``: NVRTC PTX for compute_75 on the emulator), each entry in a fresh process
+(a kernel fault spoils a CUDA context).  Per entry the JSON records what each side lost, the emulator's findings,
+whether the emulator shows what the bank says the entry does on a GPU (``tests/emulated_banks.disagreement``),
+and, for every output both sides computed, how far apart they are in units of the lesson's tolerance
+(|emulator - GPU| / (atol + rtol * |GPU|); 1 is the tolerance).  Entries that never end run only their first
+value check on the emulator (each launch spends the emulator's whole instruction budget) and none on the GPU.
+
+Output: ``benchmarks/results/emulator_vs_h200.json`` (``--out``) with the device, date and command.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "emulator_vs_h200.json"
+
+
+def _job(lesson: str, name: str, emulated: bool, first_only: bool):
+    """One entry on one side, in its own process: its calls as plain data."""
+    import emulated_banks as eb
+
+    checks = eb.VALUE_CHECKS[lesson][:1] if first_only else None
+    started = time.perf_counter()
+    calls = eb.run_entry(lesson, name, emulated=emulated, checks=checks)
+    return {"seconds": round(time.perf_counter() - started, 1), "checks": checks, "calls": [
+        {"check": c.check_id, "hidden": c.hidden, "passed": c.passed, "message": c.message[:400],
+         "seconds": c.seconds, "findings": c.findings[:5], "finding_count": len(c.findings),
+         "outputs": c.outputs} for c in calls]}
+
+
+def _distance(emulated: list, gpu: list, atol: float, rtol: float) -> float | None:
+    """The largest |emulator - GPU| / (atol + rtol |GPU|) over outputs of the same shapes; None if none."""
+    worst = None
+    for a, b in zip(emulated, gpu):
+        if a.shape != b.shape:
+            return float("inf")
+        if a.size:
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            value = float(np.max(np.abs(a64 - b64) / (atol + rtol * np.abs(b64))))
+            worst = value if worst is None else max(worst, value)
+    return worst
+
+
+def compare(lesson: str, entry, emulator: dict, gpu: dict | None) -> dict:
+    import emulated_banks as eb
+
+    calls = [eb.Call(c["check"], c["hidden"], c["passed"], c["message"], c["seconds"], c["outputs"],
+                     c["findings"]) for c in emulator["calls"]]
+    problem = eb.disagreement(lesson, entry, calls, emulator["checks"])
+    row = {
+        "lesson": lesson, "entry": entry.name,
+        "bank_says_gpu_loses": sorted(entry.loses), "may_lose": sorted(entry.may_lose),
+        "gpu_only_checks_lost": sorted(set(entry.loses) - set(eb.VALUE_CHECKS[lesson])),
+        "emulator": {"lost": sorted(eb.lost(calls)), "seconds": emulator["seconds"],
+                     "findings": sorted({k for c in emulator["calls"] for k, _ in c["findings"]}),
+                     "first_finding": next((t for c in emulator["calls"] for _, t in c["findings"]), None),
+                     "failures": {c["check"]: c["message"][:300] for c in emulator["calls"] if not c["passed"]}},
+        "emulator_shows_what_the_gpu_shows": problem is None, "difference": problem,
+    }
+    if gpu is not None:
+        distances = []
+        for e, g in zip(emulator["calls"], gpu["calls"]):
+            if e["passed"] and g["passed"]:
+                d = _distance(e["outputs"], g["outputs"], *eb.agreement(e["check"]))
+                if d is not None:
+                    distances.append(d)
+        row["gpu"] = {"lost": sorted({c["check"] for c in gpu["calls"] if not c["passed"]}),
+                      "seconds": gpu["seconds"],
+                      "failures": {c["check"]: c["message"][:300] for c in gpu["calls"] if not c["passed"]}}
+        row["outputs_compared"] = len(distances)
+        row["max_distance_in_tolerances"] = round(max(distances), 4) if distances else None
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lessons", default="06,07,08,09,11", help="lesson numbers, comma-separated")
+    parser.add_argument("--entries", default="", help="only these entries (names, comma-separated)")
+    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    parser.add_argument("--emulator-only", action="store_true", help="no GPU side (and no JSON)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+
+    import test_gpu_lessons as banks
+    from autograder.gpu import runtime
+
+    has_gpu, device = runtime.gpu_status()
+    if not has_gpu and not args.emulator_only:
+        print(f"no GPU ({device}): run on a GPU machine, or with --emulator-only", file=sys.stderr)
+        return 2
+    lessons = [lesson for lesson in sorted(banks.BANKS) if lesson[:2] in args.lessons.split(",")]
+    only = set(filter(None, args.entries.split(",")))
+    entries = [(lesson, e) for lesson in lessons for e in banks.BANKS[lesson]() if not only or e.name in only]
+    jobs = {}
+    context = multiprocessing.get_context("spawn")
+    started = time.time()
+    with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context, max_tasks_per_child=1) as pool:
+        for lesson, e in entries:
+            jobs[(lesson, e.name, True)] = pool.submit(_job, lesson, e.name, True, e.hangs)
+            if not args.emulator_only and not e.hangs:
+                jobs[(lesson, e.name, False)] = pool.submit(_job, lesson, e.name, False, False)
+        rows = []
+        for lesson, e in entries:
+            try:
+                emulator = jobs[(lesson, e.name, True)].result()
+                gpu = None if args.emulator_only or e.hangs else jobs[(lesson, e.name, False)].result()
+            except Exception as error:  # noqa: BLE001 - a crashed process is a row, not the end of the run
+                rows.append({"lesson": lesson, "entry": e.name, "error": f"{type(error).__name__}: {error}"})
+                print(f"{lesson[:2]} {e.name:<38} ERROR {type(error).__name__}: {error}", flush=True)
+                continue
+            row = compare(lesson, e, emulator, gpu)
+            rows.append(row)
+            if not args.emulator_only:  # after every entry: a run cut short keeps what it measured
+                write(args.out, rows, device, args.workers, complete=False)
+            print(f"{lesson[:2]} {e.name:<38} emulator {row['emulator']['seconds']:6.1f}s "
+                  f"lost {','.join(c.split('.')[1] for c in row['emulator']['lost']) or '-':<40} "
+                  f"{'agrees' if row['emulator_shows_what_the_gpu_shows'] else 'DIFFERS: ' + row['difference']}"
+                  + (f"  gpu lost {','.join(c.split('.')[1] for c in row['gpu']['lost']) or '-'}"
+                     f"  max distance {row['max_distance_in_tolerances']}" if "gpu" in row else ""), flush=True)
+    agree = sum(1 for r in rows if r.get("emulator_shows_what_the_gpu_shows"))
+    print(f"\n{agree} of {len(rows)} entries: the emulator shows what the GPU shows; {time.time() - started:.0f} s")
+    if not args.emulator_only:
+        write(args.out, rows, device, args.workers, complete=True)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def write(out: Path, rows: list, device: str, workers: int, *, complete: bool) -> None:
+    import cupy
+
+    report = {"device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": "python3 " + " ".join(sys.argv), "cupy": cupy.__version__, "cpu": platform.processor(),
+              "cpu_count": os.cpu_count(), "workers": workers, "emulator_arch": "compute_75", "complete": complete,
+              "entries": len(rows), "agree": sum(1 for r in rows if r.get("emulator_shows_what_the_gpu_shows")),
+              "rows": rows}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Without a GPU: do sample entries of the GPU banks (06, 07, 08, 09, 11) show on the PTX emulator what they show
+on the H200 — the right ones pass every value check with no finding, the known-wrong ones lose their value checks
+or show their fault (a race, an out-of-bounds access) as a finding?
+
+Visible and hidden cases of a few value checks per entry; every entry and every value check, beside the H200's
+outputs, is
+``benchmarks/emulator_vs_h200.py`` (results in ``benchmarks/results/emulator_vs_h200.json``).
+"""
+from __future__ import annotations
+
+import pytest
+
+import emulated_banks as eb
+import test_gpu_lessons as banks
+from autograder.gpu import nvrtc
+
+pytestmark = pytest.mark.skipif(nvrtc._NVRTC is None, reason="NVRTC (cuda-bindings) is not installed")
+
+#: lesson -> entry -> the value checks it runs (None: all).  Lesson 08's cases take seconds each on the emulator.
+SAMPLE = {
+    banks.L06: {"reference": None, "scale_add_illegal_address": None, "row_sums_missing_syncthreads": None,
+                "matmul_no_zero_fill": None},
+    banks.L07: {"reference": None, "no_tail_guard": None, "missing_syncthreads": None, "eps_outside_root": None,
+                "reads_past_the_end_masked": None},
+    banks.L08: {"reference": ("lesson08.equivalence",), "step1_no_barrier_after_load": ("lesson08.tails",),
+                "no_rescale_of_O": ("lesson08.equivalence",)},
+    banks.L11: {"reference": ("lesson11.gpu_equivalence",), "stale_slots_read": ("lesson11.gpu_equivalence",),
+                "combine_without_max": ("lesson11.gpu_splits",)},
+}
+
+
+@pytest.mark.parametrize("lesson,name", [(lesson, name) for lesson, names in SAMPLE.items() for name in names])
+def test_bank_entry_shows_on_the_emulator_what_it_shows_on_a_gpu(lesson, name):
+    entry = next(e for e in banks.BANKS[lesson]() if e.name == name)
+    checks = SAMPLE[lesson][name]
+    calls = eb.run_entry(lesson, name, emulated=True, checks=checks)
+    problem = eb.disagreement(lesson, entry, calls, checks)
+    assert problem is None, f"{lesson} {name}: {problem}\n" + "\n".join(
+        f"  {c.check_id}: {'pass' if c.passed else 'FAIL'} {c.message[:200]} {[k for k, _ in c.findings]}"
+        for c in calls)
