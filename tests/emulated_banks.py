@@ -54,10 +54,11 @@ class Call:
     findings: list = dataclasses.field(default_factory=list)  # (kind, text) of each emulator finding
 
 
-def value_calls(lesson: str, checks=None) -> list[tuple[str, tuple, list | None]]:
-    """The lesson's grade(...) calls of value checks (visible and hidden), or of those of them in ``checks``."""
+def value_calls(lesson: str, checks=None, *, hidden: bool = True) -> list[tuple[str, tuple, list | None]]:
+    """The lesson's grade(...) calls of value checks (visible, and hidden unless not ``hidden``), or of those of
+    them in ``checks``."""
     wanted = VALUE_CHECKS[lesson] if checks is None else set(checks) & set(VALUE_CHECKS[lesson])
-    return [c for c in banks.grade_calls(lesson) if c[0] in wanted]
+    return [c for c in banks.grade_calls(lesson) if c[0] in wanted and (hidden or c[2] is None)]
 
 
 @contextlib.contextmanager
@@ -79,9 +80,9 @@ def _recording():
         guard.trust_grader_changes()
 
 
-def run_entry(lesson: str, entry_name: str, *, emulated: bool, checks=None) -> list[Call]:
-    """Every value call of ``entry_name`` (of ``checks`` only, if given) in this process, on the emulator
-    (``emulated``) or on this machine's GPU."""
+def run_entry(lesson: str, entry_name: str, *, emulated: bool, checks=None, hidden: bool = True) -> list[Call]:
+    """Every value call of ``entry_name`` (of ``checks`` only, if given; visible cases only unless ``hidden``) in
+    this process, on the emulator (``emulated``) or on this machine's GPU."""
     from autograder.gpu import emulated_cupy
 
     entry = next(e for e in banks.BANKS[lesson]() if e.name == entry_name)
@@ -90,7 +91,7 @@ def run_entry(lesson: str, entry_name: str, *, emulated: bool, checks=None) -> l
     with stand_in, _recording() as outputs:
         with contextlib.redirect_stdout(io.StringIO()):
             space = banks.namespace(lesson, entry.answers)
-        for check_id, names, cases in value_calls(lesson, checks):
+        for check_id, names, cases in value_calls(lesson, checks, hidden=hidden):
             objects = [space[n] for n in names]
             call = Call(check_id, cases is not None, False, "", 0.0)
             emulated_cupy.reset()
