@@ -106,6 +106,7 @@ class Machine:
         self._layout(shared_bytes)
         self._lanes()
         self.registers: dict = {}
+        self._alive_idx = self._info = None
         self._atomic = False
         self.granule = _granule(kernel)
         self.global_granule = _granule(kernel, ("global",))
@@ -217,6 +218,7 @@ class Machine:
         from .memory import EPOCH_SHIFT, WEP_SHIFT
         self.lane_ep = self.shared.epoch[self.slot] << EPOCH_SHIFT
         self.lane_key = self.lane_ep | (self.wep << WEP_SHIFT) | (self.tid + 1)
+        self._info = None
 
     def register(self, name: str) -> np.ndarray:
         r = self.registers.get(name)
@@ -279,7 +281,26 @@ class Machine:
         return np.flatnonzero(m)
 
     def alive_idx(self):
-        return np.flatnonzero(self.alive)
+        """The lanes of the live threads (read-only; the same array until a thread exits)."""
+        idx = self._alive_idx
+        if idx is None:
+            idx = self._alive_idx = np.flatnonzero(self.alive)
+            idx.flags.writeable = False
+        return idx
+
+    def _lane_info(self, idx):
+        """slot, slot * granules per block, shadow epoch and key of lanes ``idx`` (kept for the live lanes'
+        array of :meth:`alive_idx` until a thread exits or the keys change)."""
+        c = self._info
+        if c is not None and c[0] is idx:
+            return c[1]
+        slot = self.slot[idx]
+        info = (slot, slot * self.shared.gstride, self.lane_ep[idx], self.lane_key[idx])
+        if idx is self._alive_idx:
+            for a in info:
+                a.flags.writeable = False
+            self._info = (idx, info)
+        return info
 
     # --- memory ---------------------------------------------------------------------------------
 
@@ -330,7 +351,9 @@ class Machine:
                 return None
         elif space == "shared":
             off = np.asarray(addr, dtype=np.int64)
-            if off.min() < 0 or off.max() + total > self.shared_size:
+            # off < 0 or off + total > size, in one comparison (a negative offset is a huge unsigned one)
+            if total > self.shared_size or np.count_nonzero(off.view(np.uint64)
+                                                            > np.uint64(self.shared_size - total)):
                 bad = (off < 0) | (off + total > self.shared_size)
                 i = int(np.flatnonzero(bad)[0])
                 o = int(off[i])
@@ -343,10 +366,12 @@ class Machine:
                            f"(статической {self.static_shared} Б, динамической {self.shared_size - self.static_shared} Б)",
                            idx[i], ins, int(bad.sum()))
             self._aligned(off, total, idx, ins)
-            slot = self.slot[idx]
             sh = self.shared
+            slot, slot_g, ep, key = self._lane_info(idx)
+            first = slot_g + (off >> sh.gshift)  # the granule of each lane's first byte
+            b = first if total == sh.g else None  # the granules, where one per lane
             if self.uses_async and not write:
-                pend = sh.pending[sh._granules(slot, off, total)[0]]
+                pend = sh.pending[b if b is not None else sh._granules(slot, off, total)[0]]
                 if pend.any():
                     i = int(np.flatnonzero(pend)[0]) // max(total >> sh.gshift, 1)
                     self.fault("cp_async_pending", f"чтение разделяемой памяти ({self.shared_name(int(off[i]))}), "
@@ -355,12 +380,13 @@ class Machine:
                                int(pend.astype(bool).sum()))
             if self._atomic:
                 problems = [] if write else sh.track_atomic(slot, off, total)
+            elif write:
+                problems = sh.track_write(slot, off, total, ep, key, ins.index)
             else:
-                problems = (sh.track_write if write else sh.track_read)(slot, off, total, self.lane_ep[idx],
-                                                                         self.lane_key[idx], ins.index)
+                problems = sh.track_read(slot, off, total, ep, key, ins.index, b)
             for p in problems:
                 self._shared_problem(p, idx, ins, write)
-            off = (slot * sh.stride + off) // size
+            off = first if size == sh.g else (slot * sh.stride + off) // size
             view = sh.data.view(dt)
         elif space == "local":
             off = addr.astype(np.int64)
@@ -497,7 +523,7 @@ class Machine:
         align = total if total & (total - 1) == 0 else 1
         if align > 1:
             low = addr & addr.dtype.type(align - 1)
-            if low.any():
+            if np.count_nonzero(low):
                 bad = low != 0
                 i = int(np.flatnonzero(bad)[0])
                 self.fault("misaligned", f"невыровненный доступ: {total} Б по адресу, не кратному {align} "
@@ -568,6 +594,7 @@ class Machine:
         self.exists = (self.tid < self.T) & (self.slot < n)
         self.exited = ~self.exists
         self.alive = self.exists.copy()
+        self._alive_idx = self._info = None
         for r in self.registers.values():
             r[...] = 0
         self.wep[...] = 0
@@ -648,6 +675,7 @@ class Machine:
                 self.exited |= mask
                 self.alive &= ~mask
                 self.n_alive -= count
+                self._alive_idx = self._info = None
             elif kind == BARRIER:
                 bar_wait |= mask
                 bar_pc[mask] = pc
@@ -704,7 +732,7 @@ class Machine:
                            + (f" (строки {', '.join(map(str, lines))})" if lines else "")
                            + ": барьер внутри ветвления, по которому потоки блока пошли по-разному; на GPU это "
                              "зависание или неопределённое поведение", lane, self.ops[int(bar_pc[lane])].ins)
-        self.shared.epoch[per_block > 0] += 1
+        self.shared.advance(per_block > 0)
         self.update_keys()
         for pc in pcs:
             sel = waiting & (bar_pc == pc)
