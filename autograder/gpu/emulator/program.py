@@ -200,8 +200,16 @@ class Compiler:
         rbits = R.dtype.itemsize * 8
         dt = DTYPE[typ]
         if rbits == bits:
-            def convert(v):
-                return np.asarray(v, dtype=dt).view(R.dtype)
+            Rt = R.view(dt)
+
+            def set_same(v, m):  # a value already of the type: copied as it is (the bits are the same)
+                if type(v) is not np.ndarray or v.dtype != dt:
+                    v = np.asarray(v, dtype=dt)
+                if m is None:
+                    Rt[...] = v
+                else:
+                    np.copyto(Rt, v, where=m)
+            return set_same
         elif rbits > bits:
             ext = SIGNED[bits] if is_signed(typ) else UNSIGNED[bits]
 
