@@ -25,7 +25,7 @@ from .errors import Unsupported
 from .findings import FATAL, Finding
 from .memory import (GLOBAL_BASE, LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE, GlobalArena, LocalMemory,
                      SharedMemory, demangle)
-from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler
+from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op
 from .ptx import TYPE_BITS, Kernel
 
 #: Lanes per chunk (threads emulated at once); whole blocks, at least one.
@@ -112,7 +112,9 @@ class Machine:
         self.global_granule = _granule(kernel, ("global",))
         self.global_writer = None
         self.uses_async = False
-        self.ops = Compiler(self, kernel).compile()
+        # Ops are built when a thread first reaches them (_issue_all); the last one is falling off the end.
+        self.compiler = Compiler(self, kernel)
+        self.ops: list = [None] * len(kernel.instructions) + [Op(EXIT, None, ins=None)]
 
     # --- set-up ---------------------------------------------------------------------------------
 
@@ -649,7 +651,10 @@ class Machine:
                 return
             pc = min(groups)
             mask, count = groups.pop(pc)
-            op = self._op = ops[pc]
+            op = ops[pc]
+            if op is None:
+                op = ops[pc] = self.compiler.build(pc)
+            self._op = op
             self.issued += 1
             if self.issued > limit:
                 self.fault("timeout", f"ядро не завершилось за {limit} шагов эмулятора: бесконечный цикл?",

@@ -82,6 +82,7 @@ class Compiler:
     def __init__(self, machine, kernel):
         self.m = machine
         self.kernel = kernel
+        self._fused = None  # contractions(kernel), made on the first build
 
     # --- types ----------------------------------------------------------------------------------
 
@@ -242,29 +243,32 @@ class Compiler:
     # --- the program ------------------------------------------------------------------------------
 
     def compile(self) -> list[Op]:
-        ops = []
-        fused = contractions(self.kernel) if getattr(self.m, "contract", True) else {}
-        for ins in self.kernel.instructions:
-            try:
-                if ins.index in fused:  # the builder is ops_float.build_contracted
-                    op = BUILDERS[(CONTRACTED, None)](ins, self, *fused[ins.index])
-                    op.ins = ins
-                    ops.append(op)
-                    continue
-                builder = find_builder(ins)
-                if builder is None:
-                    raise Unsupported(f"opcode {ins.mnemonic}")
-                op = builder(ins, self)
+        """Every instruction's op, and a final EXIT (falling off the end returns)."""
+        return [self.build(i) for i in range(len(self.kernel.instructions))] + [Op(EXIT, None, ins=None)]
+
+    def build(self, index: int) -> Op:
+        """The op of instruction ``index`` (the machine builds each when a thread first reaches it)."""
+        ins = self.kernel.instructions[index]
+        fused = self._fused
+        if fused is None:
+            fused = self._fused = contractions(self.kernel) if getattr(self.m, "contract", True) else {}
+        try:
+            if ins.index in fused:  # the builder is ops_float.build_contracted
+                op = BUILDERS[(CONTRACTED, None)](ins, self, *fused[ins.index])
                 op.ins = ins
-                if op.kind == PLAIN and ins.guard is not None:
-                    op = Op(PLAIN, _guarded(op.fn, self.guard(ins), self.m), ins=ins)
-                elif op.kind in (EXIT, BARRIER, COLLECTIVE) and ins.guard is not None:
-                    raise Unsupported("predicated control instruction")
-            except Unsupported as e:
-                op = Op(PLAIN, _unsupported(self.m, ins, str(e)), ins=ins)
-            ops.append(op)
-        ops.append(Op(EXIT, None, ins=None))  # falling off the end returns
-        return ops
+                return op
+            builder = find_builder(ins)
+            if builder is None:
+                raise Unsupported(f"opcode {ins.mnemonic}")
+            op = builder(ins, self)
+            op.ins = ins
+            if op.kind == PLAIN and ins.guard is not None:
+                op = Op(PLAIN, _guarded(op.fn, self.guard(ins), self.m), ins=ins)
+            elif op.kind in (EXIT, BARRIER, COLLECTIVE) and ins.guard is not None:
+                raise Unsupported("predicated control instruction")
+        except Unsupported as e:
+            op = Op(PLAIN, _unsupported(self.m, ins, str(e)), ins=ins)
+        return op
 
 
 def _guarded(fn, pred, machine):
