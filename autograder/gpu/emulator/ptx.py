@@ -86,6 +86,7 @@ _REG = re.compile(r"\.reg\s+(?:\.v\d\s+)?\.(\w+)\s+(.*)")
 _VAR = re.compile(r"(\.extern\s+)?\.(shared|local)\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)\s*((?:\[\d*\])*)")
 _LOC = re.compile(r"\.loc\s+(\d+)\s+(\d+)")
 _FILE = re.compile(r'\.file\s+(\d+)\s+"([^"]*)"')
+_BRACE = re.compile(r"[{}]")
 
 
 def _split_operands(text: str) -> list[str]:
@@ -215,14 +216,12 @@ def parse(text: str) -> dict[str, Kernel]:
     body_spans = []
     kernels = {}
     for m in _ENTRY.finditer(text):
-        depth, i = 1, m.end()
-        while depth and i < len(text):
-            c = text[i]
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-            i += 1
+        depth, i = 1, len(text)
+        for b in _BRACE.finditer(text, m.end()):  # the brace that closes the body
+            depth += 1 if b.group() == "{" else -1
+            if not depth:
+                i = b.end()
+                break
         body_spans.append((m.start(), i))
         kernels[m.group(1)] = (m.group(2), text[m.end():i - 1])
     outside = text
