@@ -626,6 +626,8 @@ class Machine:
         bar_pc = np.zeros(self.L, dtype=np.int64)
         coll_wait: dict = {}
         limit = self.max_issues
+        build = self.compiler.build
+        end = len(ops)
 
         def add(pc, mask, count):
             g = groups.get(pc)
@@ -651,49 +653,62 @@ class Machine:
                 return
             pc = min(groups)
             mask, count = groups.pop(pc)
-            op = ops[pc]
-            if op is None:
-                op = ops[pc] = self.compiler.build(pc)
-            self._op = op
-            self.issued += 1
-            if self.issued > limit:
-                self.fault("timeout", f"ядро не завершилось за {limit} шагов эмулятора: бесконечный цикл?",
-                           int(np.flatnonzero(mask)[0]), op.ins)
-            kind = op.kind
-            if kind == PLAIN:
-                op.fn(None if count == self.n_alive else mask)
-                add(pc + 1, mask, count)
-            elif kind == BRANCH:
-                if op.fn is None:
-                    add(op.target, mask, count)
-                    continue
-                taken = mask & op.fn()
-                nt = int(np.count_nonzero(taken))
-                if nt == count:
-                    add(op.target, mask, count)
-                elif nt == 0:
-                    add(pc + 1, mask, count)
-                else:
-                    add(op.target, taken, nt)
-                    add(pc + 1, mask & ~taken, count - nt)
-            elif kind == EXIT:
-                self.exited |= mask
-                self.alive &= ~mask
-                self.n_alive -= count
-                self._alive_idx = self._info = None
-            elif kind == BARRIER:
-                bar_wait |= mask
-                bar_pc[mask] = pc
-            elif kind == COLLECTIVE:
-                waiting = coll_wait.pop(pc, None)
-                part = mask if waiting is None else (mask | waiting)
-                ready = op.ready(part)
-                nr = int(np.count_nonzero(ready))
-                if nr:
-                    op.fn(ready)
-                    add(pc + 1, ready, nr)
-                if nr < int(np.count_nonzero(part)):
-                    coll_wait[pc] = part & ~ready
+            # The group runs alone, one issue per instruction, while its pc stays below every other group's
+            # (the loop over groups would pick it again); it goes back into ``groups`` where that ends.
+            stop = min(groups) if groups else end
+            arg = None if count == self.n_alive else mask
+            while True:
+                op = ops[pc]
+                if op is None:
+                    op = ops[pc] = build(pc)
+                self._op = op
+                self.issued += 1
+                if self.issued > limit:
+                    self.fault("timeout", f"ядро не завершилось за {limit} шагов эмулятора: бесконечный цикл?",
+                               int(np.flatnonzero(mask)[0]), op.ins)
+                kind = op.kind
+                if kind == PLAIN:
+                    op.fn(arg)
+                    pc += 1
+                elif kind == BRANCH:
+                    if op.fn is not None:
+                        taken = mask & op.fn()
+                        nt = int(np.count_nonzero(taken))
+                        if nt == 0:
+                            pc += 1
+                            if pc < stop:
+                                continue
+                            add(pc, mask, count)
+                            break
+                        if nt != count:
+                            add(op.target, taken, nt)
+                            add(pc + 1, mask & ~taken, count - nt)
+                            break
+                    pc = op.target
+                elif kind == EXIT:
+                    self.exited |= mask
+                    self.alive &= ~mask
+                    self.n_alive -= count
+                    self._alive_idx = self._info = None
+                    break
+                elif kind == BARRIER:
+                    bar_wait |= mask
+                    bar_pc[mask] = pc
+                    break
+                else:  # COLLECTIVE
+                    waiting = coll_wait.pop(pc, None)
+                    part = mask if waiting is None else (mask | waiting)
+                    ready = op.ready(part)
+                    nr = int(np.count_nonzero(ready))
+                    if nr:
+                        op.fn(ready)
+                        add(pc + 1, ready, nr)
+                    if nr < int(np.count_nonzero(part)):
+                        coll_wait[pc] = part & ~ready
+                    break
+                if pc >= stop:
+                    add(pc, mask, count)
+                    break
 
     def _partial_collective(self, op, mask):
         present = self.warp_bits(mask)
