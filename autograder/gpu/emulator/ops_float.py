@@ -127,7 +127,6 @@ def fma32(x, y, z, mode="rn"):
     value for the directed modes) or in float32's subnormal range, and there only where the sum was inexact:
     where every such sum is exact (TwoSum's residual 0; the usual case, e.g. 1 * v + w) it is rounded as it is,
     else :func:`fma32_exact` rounds those sums to odd first (the same bits, fewer NumPy calls)."""
-    z0 = z
     p = np.multiply(x, y, dtype=np.float64)
     s = np.add(p, z, dtype=np.float64)
     if s.ndim == 0:
@@ -136,15 +135,11 @@ def fma32(x, y, z, mode="rn"):
     boundary = (u & _LOW29) == _TIE.get(mode, 0)
     tiny = ((u & _ABS64) - np.uint64(1)) < _TINY64  # 0 < |s| < 1.2e-38 (NaN and 0 excluded)
     if np.count_nonzero(boundary) or np.count_nonzero(tiny):
-        sel = boundary | tiny
-        if p.shape != s.shape:
-            p = np.broadcast_to(p, s.shape)
-        z = np.asarray(z)
-        if z.shape != s.shape:
-            z = np.broadcast_to(z, s.shape)
-        _, e = rnd.two_sum(p[sel], z[sel].astype(np.float64))
-        if np.count_nonzero(e):  # an inexact sum on a boundary (or a NaN residual of an infinite sum)
-            return fma32_exact(x, y, z0, mode)
+        with np.errstate(invalid="ignore", over="ignore"):
+            bb = s - p  # TwoSum's residual of p + z (over every lane: as cheap as picking the suspects out)
+            e = (p - (s - bb)) + (z - bb)
+        if np.count_nonzero(e[boundary | tiny]):  # an inexact sum on a boundary (or an infinite sum's NaN residual)
+            return fma32_exact(x, y, z, mode)
     return rnd.to_f32(s, mode)
 
 
