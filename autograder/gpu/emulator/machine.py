@@ -13,6 +13,24 @@ groups merge.  Blocks are independent; a chunk holds as many whole blocks as fit
   when every live lane of its member mask has arrived at it; lanes that arrive early wait.  A collective no
   lane can complete any more is a finding (and then runs with the lanes that came).
 * Lanes are laid out block by block, each block padded to whole warps (padding lanes never run).
+
+Cost model (what a launch spends its time on; ``benchmarks/emulator_speed.py`` measures it).  One *issue* is one
+instruction executed by one group (:attr:`Machine.issued`, the unit of ``max_issues``); it costs a handful of
+NumPy calls over the group's lanes (a few microseconds each, almost independent of the lane count below ~10^4),
+so a launch costs about its issues times the NumPy calls per instruction.  Hence:
+
+* An instruction is built into its closure (``program.Compiler.build``) when a thread first reaches it, not at
+  launch: kernels with large unreached parts (lesson 11's split kernel: 8333 instructions) start at once.
+* A group runs its instructions back to back while its program counter stays below every other group's; only
+  where that ends (a divergent branch, a barrier, an exit, reaching another group) does it go back to the set
+  of groups.  The schedule and the issue count are those of the rule above.
+* A closure gets ``None`` for its mask when the group is every live lane (no masking), and the lanes' index
+  array (:meth:`Machine.lanes_of`) is then the same read-only array until a thread exits, with the shadow
+  keys of those lanes kept beside it.
+* Shared-memory reads check the writers' shadow words at once (races, uninitialised bytes: reported by the
+  reading instruction), but the readers' summary is only brought up to date when a write needs it
+  (``memory.SharedMemory.track_read``); reads between two barriers with no write after them cost no bookkeeping.
+* ``launch`` pauses Python's garbage collector while it runs.
 """
 from __future__ import annotations
 
@@ -25,7 +43,7 @@ from .errors import Unsupported
 from .findings import FATAL, Finding
 from .memory import (GLOBAL_BASE, LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE, GlobalArena, LocalMemory,
                      SharedMemory, demangle)
-from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op
+from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op, _writes
 from .ptx import TYPE_BITS, Kernel
 
 #: Lanes per chunk (threads emulated at once); whole blocks, at least one.
@@ -40,6 +58,29 @@ _BITS = (np.uint64(1) << np.arange(32, dtype=np.uint64))
 
 class _Stop(Exception):
     pass
+
+
+#: Mnemonics that only read and write registers: a run of batched shared loads (Machine._read_run) may span them.
+_REGISTER_ONLY = frozenset(
+    "abs add and bfe bfi bfind brev clz cnot copysign cos cvt cvta div ex2 fma lg2 lop3 mad max min mov mul neg "
+    "not or popc prmt rcp rem rsqrt sad selp setp shf shl shr sin slct sqrt sub tanh testp xor".split())
+#: Instructions a run of batched shared loads looks ahead, and lanes x loads one batch holds at most.
+_RUN = 256
+_BATCH_ELEMENTS = 1 << 20
+
+
+@dataclasses.dataclass
+class _Batch:
+    """Shared reads made ahead (Machine._batch_reads): valid for lanes ``idx`` while the shared memory, its version
+    and the lanes' keys are these; row ``rows[i]`` is instruction i's, for the addresses ``offs`` of that row."""
+    idx: np.ndarray
+    keys: np.ndarray
+    shared: object
+    version: int
+    rows: dict
+    offs: np.ndarray
+    b: np.ndarray
+    values: np.ndarray
 
 
 @dataclasses.dataclass
@@ -106,7 +147,9 @@ class Machine:
         self._layout(shared_bytes)
         self._lanes()
         self.registers: dict = {}
-        self._alive_idx = self._info = None
+        self._alive_idx = self._info = self._batch = None
+        self._plans: dict = {}
+        self._starts = set(kernel.labels.values())
         self._atomic = False
         self.granule = _granule(kernel)
         self.global_granule = _granule(kernel, ("global",))
@@ -353,6 +396,11 @@ class Machine:
                 return None
         elif space == "shared":
             off = np.asarray(addr, dtype=np.int64)
+            batch = self._batch
+            if batch is not None and not write and ins.index in batch.rows and idx is batch.idx:
+                r = self._batched_read(batch, ins, off)
+                if r is not None:
+                    return r
             # off < 0 or off + total > size, in one comparison (a negative offset is a huge unsigned one)
             if total > self.shared_size or np.count_nonzero(off.view(np.uint64)
                                                             > np.uint64(self.shared_size - total)):
@@ -388,6 +436,11 @@ class Machine:
                 problems = sh.track_read(slot, off, total, ep, key, ins.index, b)
             for p in problems:
                 self._shared_problem(p, idx, ins, write)
+            if write:
+                sh.version += 1
+            elif not problems and size == total == sh.g and idx is self._alive_idx and not self.uses_async \
+                    and not self._atomic:
+                self._batch_reads(ins, off, slot_g, ep)
             off = first if size == sh.g else (slot * sh.stride + off) // size
             view = sh.data.view(dt)
         elif space == "local":
@@ -430,6 +483,7 @@ class Machine:
         sh = self.shared
         granules = sh._granules(self.slot[idx], dst, size)[0]
         np.add.at(sh.pending, granules, 1)
+        sh.version += 1
         self.async_queue.append([idx, self.async_commits[idx].copy(), dst, data, ins, granules])
 
     def async_commit(self, idx):
@@ -463,6 +517,79 @@ class Machine:
                 keep.append([lanes[rest], seq[rest], dst[rest], data[rest], cins,
                              granules.reshape(len(lanes), per)[rest].reshape(-1)])
         self.async_queue = keep
+
+    # --- batched shared reads ---------------------------------------------------------------------
+
+    def _read_run(self, ins):
+        """The shared loads after ``ins`` in its straight-line run that read through the same base register at
+        other offsets (same opcode, unguarded), as (instruction indices, offset deltas); None where there are none.
+        The run ends at a label, at an instruction that is not a register-only operation or a load, or where the
+        base register is written.  Static: whether a batch is used is decided at run time (``_batched_read``)."""
+        plan = self._plans.get(ins.index, False)
+        if plan is not False:
+            return plan
+        plan = None
+        a = ins.operands[1] if len(ins.operands) == 2 else None
+        if ins.mnemonic == "ld" and ins.guard is None and a is not None and a.kind == "addr" \
+                and a.base is not None and a.base.kind == "reg":
+            reg, starts = a.base.value, self._starts
+            instructions = self.kernel.instructions
+            rows, deltas = [], []
+            for j in range(ins.index + 1, min(ins.index + _RUN, len(instructions))):
+                if j in starts:
+                    break
+                nxt = instructions[j]
+                if nxt.mnemonic not in _REGISTER_ONLY and nxt.mnemonic != "ld":
+                    break
+                b = nxt.operands[1] if nxt.mnemonic == "ld" and len(nxt.operands) == 2 else None
+                if nxt.opcode == ins.opcode and nxt.guard is None and b is not None and b.kind == "addr" \
+                        and b.base is not None and b.base.kind == "reg" and b.base.value == reg:
+                    rows.append(j)
+                    deltas.append(b.offset - a.offset)
+                if reg in _writes(nxt):
+                    break
+            if rows:
+                plan = (rows, np.array(deltas, dtype=np.int64)[:, None])
+        self._plans[ins.index] = plan
+        return plan
+
+    def _batch_reads(self, ins, off, slot_g, ep):
+        """After a clean shared read of every live lane at ``off``: check, and read, the loads of its run
+        (``_read_run``) at the addresses they will have if the base register keeps its value.  Kept only where
+        every one of them is in bounds, aligned, of initialised bytes and with no write of the current epoch
+        (where any is not, those loads run one by one and report what they find)."""
+        plan = self._read_run(ins)
+        if plan is None:
+            return
+        rows, deltas = plan
+        if len(rows) * len(off) > _BATCH_ELEMENTS:
+            k = max(_BATCH_ELEMENTS // len(off), 1)
+            rows, deltas = rows[:k], deltas[:k]
+        sh, total = self.shared, self.shared.g
+        offs = off + deltas
+        if total > self.shared_size or np.count_nonzero(offs.view(np.uint64) > np.uint64(self.shared_size - total)):
+            return
+        if total > 1 and np.count_nonzero(offs & (total - 1)):
+            return
+        b = slot_g + (offs >> sh.gshift)
+        w = sh.writer[b]
+        if np.count_nonzero(w) < w.size or np.count_nonzero(w >= ep):
+            return
+        self._batch = _Batch(self._alive_idx, self.lane_key, sh, sh.version, {r: k for k, r in enumerate(rows)},
+                             offs, b, sh.data.view(UNSIGNED[total * 8])[b])
+
+    def _batched_read(self, batch, ins, off):
+        """The read of ``ins`` from the batch, where the shared state and the keys are those it was read at and
+        the lanes' addresses are the ones it assumed (else None: the read runs as usual)."""
+        k = batch.rows[ins.index]
+        sh = self.shared
+        if batch.keys is not self.lane_key or batch.shared is not sh or batch.version != sh.version \
+                or np.count_nonzero(off != batch.offs[k]):
+            self._batch = None
+            return None
+        slot, _, ep, key = self._lane_info(batch.idx)
+        sh.note_read(batch.b[k], ep, key, ins.index, slot)
+        return batch.values[k][None, :]
 
     def _global_writes(self, idx, byte_off, total, view, off, values, nvec, ins):
         """Store, and report write-write races: two threads writing different values to one global granule
@@ -596,7 +723,7 @@ class Machine:
         self.exists = (self.tid < self.T) & (self.slot < n)
         self.exited = ~self.exists
         self.alive = self.exists.copy()
-        self._alive_idx = self._info = None
+        self._alive_idx = self._info = self._batch = None
         for r in self.registers.values():
             r[...] = 0
         self.wep[...] = 0

@@ -163,6 +163,9 @@ class SharedMemory:
         self.epoch = np.ones(blocks, dtype=np.int64)
         self.reads: list = []  # reads not yet in the readers' summary (track_read), and their granule count
         self.queued = 0
+        # Changes with every write of data or writer words, every epoch step and every queued cp.async: a read
+        # computed at one version is the same read at that version (Machine's batched shared reads rely on it).
+        self.version = 0
         self.variables = variables  # (offset, size, name) of each shared variable
 
     def name_of(self, offset: int) -> str:
@@ -218,11 +221,15 @@ class SharedMemory:
                 i = s[j]
                 problems.append(("raw", int(i // n), int(wt[j] - 1), int(self.writer_pc[b[i]]),
                                  self._byte(b[i], slot[i // n]), int(race.sum())))
+        self.note_read(b, ep, key, pc, slot)
+        return problems
+
+    def note_read(self, b, ep, key, pc, slot):
+        """Queue reads of granules ``b`` (found free of problems) for the readers' summary."""
         self.reads.append((b, ep, key, pc, slot))
         self.queued += len(b)
         if self.queued > MAX_QUEUED:
             self.flush_reads()
-        return problems
 
     def flush_reads(self):
         """Bring the readers' summary up to date with the queued reads (in the order they were made)."""
@@ -244,6 +251,7 @@ class SharedMemory:
             else:
                 self.reads, self.queued = [], 0
         self.epoch[blocks] += 1
+        self.version += 1
 
     def _record_read(self, b, ep, key, pc):
         """The readers' summary after reads of granules ``b`` (keys ``key``, epochs ``ep``) at ``pc``."""
@@ -276,6 +284,7 @@ class SharedMemory:
                     self.reader[b[s[mixed2]]] |= MIXED
 
     def track_write(self, slot, off, size, ep, key, pc):
+        self.version += 1
         if self.reads:
             self.flush_reads()
         n = max(size >> self.gshift, 1)
@@ -323,6 +332,7 @@ class SharedMemory:
 
     def track_atomic(self, slot, off, size):
         """Atomics take no part in races; they read (uninitialised bytes are reported) and initialise."""
+        self.version += 1
         lane = np.arange(len(slot))
         b, lane = self._granules(slot, off, size, lane)
         problems = []
