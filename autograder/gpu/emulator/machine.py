@@ -333,6 +333,18 @@ class Machine:
             idx.flags.writeable = False
         return idx
 
+    def _lane_keys_per_granule(self, idx, n, ep, key):
+        """``ep`` and ``key`` of lanes ``idx`` repeated ``n`` times each (kept for the live lanes, as _lane_info)."""
+        c = self._info
+        if c is not None and c[0] is idx:
+            r = c[2].get(n)
+            if r is None:
+                r = c[2][n] = (np.repeat(ep, n), np.repeat(key, n))
+                for a in r:
+                    a.flags.writeable = False
+            return r
+        return np.repeat(ep, n), np.repeat(key, n)
+
     def _lane_info(self, idx):
         """slot, slot * granules per block, shadow epoch and key of lanes ``idx`` (kept for the live lanes'
         array of :meth:`alive_idx` until a thread exits or the keys change)."""
@@ -344,7 +356,7 @@ class Machine:
         if idx is self._alive_idx:
             for a in info:
                 a.flags.writeable = False
-            self._info = (idx, info)
+            self._info = (idx, info, {})
         return info
 
     # --- memory ---------------------------------------------------------------------------------
@@ -419,9 +431,14 @@ class Machine:
             sh = self.shared
             slot, slot_g, ep, key = self._lane_info(idx)
             first = slot_g + (off >> sh.gshift)  # the granule of each lane's first byte
-            b = first if total == sh.g else None  # the granules, where one per lane
+            n = total >> sh.gshift  # granules per lane
+            if n == 1:
+                b, ep_g, key_g = first, ep, key
+            else:  # the granules lane by lane (as SharedMemory._granules lays them out), the keys repeated
+                b = (first[:, None] + np.arange(n, dtype=np.int64)).reshape(-1)
+                ep_g, key_g = self._lane_keys_per_granule(idx, n, ep, key)
             if self.uses_async and not write:
-                pend = sh.pending[b if b is not None else sh._granules(slot, off, total)[0]]
+                pend = sh.pending[b]
                 if pend.any():
                     i = int(np.flatnonzero(pend)[0]) // max(total >> sh.gshift, 1)
                     self.fault("cp_async_pending", f"чтение разделяемой памяти ({self.shared_name(int(off[i]))}), "
@@ -433,7 +450,7 @@ class Machine:
             elif write:
                 problems = sh.track_write(slot, off, total, ep, key, ins.index)
             else:
-                problems = sh.track_read(slot, off, total, ep, key, ins.index, b)
+                problems = sh.track_read(slot, off, total, ep_g, key_g, ins.index, b)
             for p in problems:
                 self._shared_problem(p, idx, ins, write)
             if write:
@@ -460,7 +477,7 @@ class Machine:
             for k in range(nvec):
                 view[off + k] = values[k]
             return None
-        return np.stack([view[off + k] for k in range(nvec)]) if nvec > 1 else view[off][None, :]
+        return view[off + np.arange(nvec)[:, None]] if nvec > 1 else view[off][None, :]
 
     # --- asynchronous copies (ops_async) -------------------------------------------------------------
 

@@ -191,7 +191,7 @@ class SharedMemory:
     def track_read(self, slot, off, size, ep, key, pc, b=None):
         """Check reads of lanes with shadow keys ``key`` (and block epochs ``ep``, both shifted into place) against
         the writers; the problems found: a list of (kind, index of the lane, other thread, other pc, byte, count).
-        ``b``: the granules (:meth:`_granules`), where the caller has them.
+        ``b``: the granules (:meth:`_granules`), where the caller has them; ``ep`` and ``key`` are then per granule.
 
         Only the writer words decide a read's findings; the readers' summary (needed by later writes of the same
         epoch) is queued and brought up to date, in program order, by :meth:`flush_reads` before the next write
@@ -199,8 +199,6 @@ class SharedMemory:
         n = max(size >> self.gshift, 1)
         if b is None:
             b, ep, key = self._granules(slot, off, size, ep, key)
-        elif n > 1:
-            ep, key = np.repeat(ep, n), np.repeat(key, n)
         problems = []
         W = self.writer[b]
         if np.count_nonzero(W) < len(W):
