@@ -30,6 +30,11 @@ so a launch costs about its issues times the NumPy calls per instruction.  Hence
 * Shared-memory reads check the writers' shadow words at once (races, uninitialised bytes: reported by the
   reading instruction), but the readers' summary is only brought up to date when a write needs it
   (``memory.SharedMemory.track_read``); reads between two barriers with no write after them cost no bookkeeping.
+* A clean shared load of every live lane also reads the loads that follow it in its straight-line run through
+  the same base register (an unrolled ``s[j * D + t]`` loop), all at once (:meth:`Machine._batch_reads`); each
+  of them takes its row only if the shared memory has not changed since (``SharedMemory.version``) and its lanes'
+  addresses are the assumed ones, else it runs as usual.  Where any of them would find something (out of
+  bounds, misaligned, uninitialised, written in this epoch) there is no batch: each reports for itself.
 * ``launch`` pauses Python's garbage collector while it runs.
 """
 from __future__ import annotations

@@ -3,11 +3,12 @@
 Each opcode has one builder, registered with :func:`opcode`; a builder gets the :class:`Instruction` and the
 :class:`Compiler` and returns an :class:`Op`.  A builder that meets a modifier or operand it does not know
 raises :class:`Unsupported`; the compiler then puts in its place an op that reports ``unsupported`` when (and
-only when) a thread reaches it.  Adding a form is adding (or extending) one builder.
+only when) a thread reaches it.  Adding a form is adding (or extending) one builder.  The machine builds each
+instruction's op when a thread first reaches it (:meth:`Compiler.build`); :meth:`Compiler.compile` builds them all.
 
 Registers are NumPy arrays of raw bits, one element per lane, as wide as their declaration (``.pred`` is bool);
 an instruction reads them through views of its own type.  A closure takes the mask of the lanes that execute
-(None: every lane) and writes only those.
+(None: every live lane; it may then write every lane) and writes only those.
 """
 from __future__ import annotations
 
