@@ -1,18 +1,20 @@
-"""Speed of the PTX emulator (autograder.gpu.emulator) on the graded cases of lessons 06 and 07.
+"""Speed of the PTX emulator (autograder.gpu.emulator) on the graded cases of lessons 06, 07, 08, 09 and 11.
 
-    python benchmarks/emulator_speed.py [--arch compute_75] [--repeat 1] [--lesson08] [--lesson09 | --only09]
+    python benchmarks/emulator_speed.py [--arch compute_75] [--repeat 1] [--lessons 06,07,08,09,11] [--sm-count 132]
 
-Every case of the lessons' checks (equivalence, tails, memory, sanitizer) is launched as the reference wrapper
-of the solution notebook launches it (grid, block, arguments), with the checks' own inputs.  Prints a table:
-kernel, case, instruction issues (steps of the emulator: one per executed group of lanes), seconds (best of
-``--repeat``, PTX made beforehand; wall clock and this process's CPU time), issues per second (by CPU time),
-and whether the result is within the lesson's tolerance.  ``--lesson08`` adds lesson 08 step 1 (the
-reference ``FLASH_SRC``, one thread per query row) and step 2 (``FLASH_FAST_SRC``: cp.async at compute_80)
-on their equivalence, tails, causal and large-logit cases:
-not yet wired to the emulator, measured to see how far the 2 s goal is.  ``--lesson09`` adds lesson 09's
-reference ``MMA_SRC`` (mma.sync m16n8k8) on the matmul cases and ``FLASH_TC_SRC`` (mma.sync, ldmatrix, cp.async
-at compute_80) on the attention cases (:func:`cases09`).  No GPU needed.  The machine is
-shared (2 cores, other jobs): wall-clock figures are ±50 % or worse, CPU time is steadier.
+Every case of the lessons' checks (06: equivalence, tails, memory, sanitizer; 07: visible and tails; 08 steps 1
+and 2: equivalence, tails, causal, large logits; 11: the GPU checks' equivalence and num_splits cases) is launched
+as the reference wrapper of the solution notebook launches it (grid, block, arguments), with the checks' own
+inputs.  Prints a table: kernel, case, instruction issues (steps of the emulator: one per executed group of
+lanes), seconds (best of ``--repeat``, PTX made beforehand; wall clock and this process's CPU time), issues per
+second (by CPU time), and whether the result is within the lesson's tolerance; the last line sums them up.
+Lesson 08 step 1 is the reference ``FLASH_SRC`` (one thread per query row), step 2 ``FLASH_FAST_SRC`` (cp.async
+only at ``--arch compute_80`` and above).  Lesson 11 is ``paged_decode_split`` then, when it splits,
+``paged_decode_combine`` (one row: both launches); ``num_splits=None`` is the wrapper's ``choose_splits`` for a
+GPU of ``--sm-count`` SMs.  Lesson 09 (:func:`cases09`) is ``MMA_SRC`` (mma.sync m16n8k8) on the matmul cases and
+``FLASH_TC_SRC`` (mma.sync, ldmatrix, cp.async at compute_80) on the attention cases.  Lessons 08 and 11 are not yet graded on the emulator: measured to see how far the 2 s
+goal is.  No GPU needed.  The machine is shared (2 cores, other jobs): wall-clock figures are ±50 % or worse, CPU
+time is steadier; check ``uptime`` first.
 """
 from __future__ import annotations
 
@@ -145,41 +147,88 @@ def cases09(arch: str):
                shared)
 
 
+def cases11(sm_count: int):
+    from autograder.lessons.lesson11 import checks as l11
+
+    ns: dict = {"cp": None, "np": np, "math": math}
+    exec(grading.reference_answers("11_flash_decoding")["paged_decode_gpu"], ns)
+    where = ("11_flash_decoding", "decode_source", "DECODE_SRC")
+    table = [(c, None) for c in l11.GPU_VISIBLE] + [(c, s) for c in l11.GPU_SPLITS for s in c["num_splits"]]
+    for c, num_splits in table:
+        q, kp, vp, bt, lengths = l11._inputs_of(c)
+        B, Hq, d = q.shape
+        _, page_size, Hkv, _ = kp.shape
+        max_pages = bt.shape[1]
+        S = ns["choose_splits"](B, Hkv, max_pages, sm_count) if num_splits is None else int(num_splits)
+        out = np.empty((B, Hq, d), np.float32)
+        o_part = out if S == 1 else np.empty((S, B, Hq, d), np.float32)
+        lse = np.empty((S, B, Hq), np.float32)
+        launches = [("paged_decode_split", (S, Hkv, B), 128,
+                     [q, kp, vp, bt, lengths, o_part, lse, np.int32(B), np.int32(Hq), np.int32(Hkv), np.int32(d),
+                      np.int32(page_size), np.int32(max_pages), np.int32(S), np.float32(1 / math.sqrt(d))], 0)]
+        if S > 1:
+            launches.append(("paged_decode_combine", (B * Hq,), (d, 4),
+                             [o_part, lse, out, np.int32(S), np.int32(B * Hq), np.int32(d)], 0))
+        large = c.get("q_scale", 1.0) > 1 or c.get("keys_away")
+        tol = l11.LARGE_TOLERANCE if large else 1e-5
+        lens = "/".join(str(n) for n in c["lengths"])
+        label = f"B={B}, Hq={Hq}, Hkv={Hkv}, d={d}, L={lens}, S={S}"
+        want = l11.oracle(q, kp, vp, bt, lengths, S)
+        yield ("decode (11)", label, where, launches,
+               lambda out=out, want=want, tol=tol: np.all(np.abs(out - want) <= tol + tol * np.abs(want)))
+
+
+def _launches(case):
+    """(kernel, label, where, [(name, grid, block, args, shared)], check) of a case of any generator above."""
+    if isinstance(case[3], list):
+        return case
+    kernel, label, where, name, grid, block, kargs, check = case[:8]
+    return kernel, label, where, [(name, grid, block, kargs, case[8] if len(case) > 8 else 0)], check
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="compute_75")
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--lesson08", action="store_true", help="add lesson 08 step 1's cases")
-    ap.add_argument("--lesson09", action="store_true", help="add lesson 09's reference kernels (mma, ldmatrix)")
-    ap.add_argument("--only09", action="store_true", help="lesson 09's cases alone")
+    ap.add_argument("--lessons", default="06,07,08,09,11", help="comma-separated lessons to run (default: all)")
+    ap.add_argument("--lesson08", action="store_true", help="(kept for old command lines: lesson 08 now runs by "
+                                                             "default)")
+    ap.add_argument("--sm-count", type=int, default=132, help="SMs of the GPU lesson 11's choose_splits assumes "
+                                                              "(default: an H200's 132)")
     args = ap.parse_args(argv)
+    lessons = set(args.lessons.split(","))
+    generators = {"06": cases06, "07": cases07, "08": cases08, "09": lambda: cases09(args.arch),
+                  "11": lambda: cases11(args.sm_count)}
     ptx_cache: dict = {}
     rows = []
-    cases = [] if args.only09 else list(cases06()) + list(cases07()) + (list(cases08()) if args.lesson08 else [])
-    if args.lesson09 or args.only09:
-        cases += list(cases09(args.arch))
-    for case in cases:
-        kernel, label, where, name, grid, block, kargs, check = case[:8]
-        shared = case[8] if len(case) > 8 else 0
-        if where not in ptx_cache:
-            prefix = where[3] if len(where) > 3 else ""  # a #define the wrapper passes as -D
-            ptx_cache[where] = nvrtc.ptx(prefix + source(*where[:3]), arch=args.arch)
-        best, cpu, result = None, None, None
-        for _ in range(args.repeat):
-            gc.collect()
-            t0, c0 = time.perf_counter(), time.process_time()
-            result = launch(ptx_cache[where], name, grid, block, kargs, shared)
-            dt, dc = time.perf_counter() - t0, time.process_time() - c0
-            best = dt if best is None else min(best, dt)
-            cpu = dc if cpu is None else min(cpu, dc)
-        rows.append((kernel, label, result.issued, best, cpu, result.issued / max(cpu, 1e-9),
-                     result.ok and bool(check())))
+    for lesson in sorted(generators):
+        if lesson not in lessons:
+            continue
+        for case in generators[lesson]():
+            kernel, label, where, launches, check = _launches(case)
+            if where not in ptx_cache:
+                prefix = where[3] if len(where) > 3 else ""  # a #define the wrapper passes as -D
+                ptx_cache[where] = nvrtc.ptx(prefix + source(*where[:3]), arch=args.arch)
+            best, cpu, ok, issued = None, None, True, 0
+            for _ in range(args.repeat):
+                gc.collect()
+                t0, c0 = time.perf_counter(), time.process_time()
+                results = [launch(ptx_cache[where], name, grid, block, kargs, shared)
+                           for name, grid, block, kargs, shared in launches]
+                dt, dc = time.perf_counter() - t0, time.process_time() - c0
+                best = dt if best is None else min(best, dt)
+                cpu = dc if cpu is None else min(cpu, dc)
+                ok = all(r.ok for r in results)
+                issued = sum(r.issued for r in results)
+            rows.append((kernel, label, issued, best, cpu, issued / max(cpu, 1e-9), ok and bool(check())))
+    width = max([30] + [len(r[1]) for r in rows])
     print(f"PTX {args.arch}; seconds: best of {args.repeat}, launch() including parsing and compiling the PTX")
-    print(f"{'kernel':<14} {'case':<30} {'issues':>8} {'wall s':>8} {'CPU s':>8} {'issues/s':>9}  ok")
+    print(f"{'kernel':<14} {'case':<{width}} {'issues':>8} {'wall s':>8} {'CPU s':>8} {'issues/s':>9}  ok")
     for kernel, label, issued, sec, cpu, rate, ok in rows:
-        print(f"{kernel:<14} {label:<30} {issued:>8} {sec:>8.3f} {cpu:>8.3f} {rate:>9.0f}  {'yes' if ok else 'NO'}")
-    print(f"{'total':<14} {'':<30} {sum(r[2] for r in rows):>8} {sum(r[3] for r in rows):>8.3f} "
-          f"{sum(r[4] for r in rows):>8.3f}")
+        print(f"{kernel:<14} {label:<{width}} {issued:>8} {sec:>8.3f} {cpu:>8.3f} {rate:>9.0f}  {'yes' if ok else 'NO'}")
+    total_cpu = sum(r[4] for r in rows)
+    print(f"{'total':<14} {'':<{width}} {sum(r[2] for r in rows):>8} {sum(r[3] for r in rows):>8.3f} "
+          f"{total_cpu:>8.3f} {sum(r[2] for r in rows) / max(total_cpu, 1e-9):>9.0f}")
     return 0 if all(r[6] for r in rows) else 1
 
 

@@ -14,6 +14,29 @@ groups merge.  Blocks are independent; a chunk holds as many whole blocks as fit
   arrived at it; lanes that arrive early wait.  A collective no
   lane can complete any more is a finding (and then runs with the lanes that came).
 * Lanes are laid out block by block, each block padded to whole warps (padding lanes never run).
+
+Cost model (what a launch spends its time on; ``benchmarks/emulator_speed.py`` measures it).  One *issue* is one
+instruction executed by one group (:attr:`Machine.issued`, the unit of ``max_issues``); it costs a handful of
+NumPy calls over the group's lanes (a few microseconds each, almost independent of the lane count below ~10^4),
+so a launch costs about its issues times the NumPy calls per instruction.  Hence:
+
+* An instruction is built into its closure (``program.Compiler.build``) when a thread first reaches it, not at
+  launch: kernels with large unreached parts (lesson 11's split kernel: 8333 instructions) start at once.
+* A group runs its instructions back to back while its program counter stays below every other group's; only
+  where that ends (a divergent branch, a barrier, an exit, reaching another group) does it go back to the set
+  of groups.  The schedule and the issue count are those of the rule above.
+* A closure gets ``None`` for its mask when the group is every live lane (no masking), and the lanes' index
+  array (:meth:`Machine.lanes_of`) is then the same read-only array until a thread exits, with the shadow
+  keys of those lanes kept beside it.
+* Shared-memory reads check the writers' shadow words at once (races, uninitialised bytes: reported by the
+  reading instruction), but the readers' summary is only brought up to date when a write needs it
+  (``memory.SharedMemory.track_read``); reads between two barriers with no write after them cost no bookkeeping.
+* A clean shared load of every live lane also reads the loads that follow it in its straight-line run through
+  the same base register (an unrolled ``s[j * D + t]`` loop), all at once (:meth:`Machine._batch_reads`); each
+  of them takes its row only if the shared memory has not changed since (``SharedMemory.version``) and its lanes'
+  addresses are the assumed ones, else it runs as usual.  Where any of them would find something (out of
+  bounds, misaligned, uninitialised, written in this epoch) there is no batch: each reports for itself.
+* ``launch`` pauses Python's garbage collector while it runs.
 """
 from __future__ import annotations
 
@@ -26,7 +49,7 @@ from .errors import Unsupported
 from .findings import FATAL, Finding
 from .memory import (GLOBAL_BASE, LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE, GlobalArena, LocalMemory,
                      SharedMemory, demangle)
-from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler
+from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op, _writes
 from .ptx import TYPE_BITS, Kernel
 
 #: Lanes per chunk (threads emulated at once); whole blocks, at least one.
@@ -41,6 +64,29 @@ _BITS = (np.uint64(1) << np.arange(32, dtype=np.uint64))
 
 class _Stop(Exception):
     pass
+
+
+#: Mnemonics that only read and write registers: a run of batched shared loads (Machine._read_run) may span them.
+_REGISTER_ONLY = frozenset(
+    "abs add and bfe bfi bfind brev clz cnot copysign cos cvt cvta div ex2 fma lg2 lop3 mad max min mov mul neg "
+    "not or popc prmt rcp rem rsqrt sad selp setp shf shl shr sin slct sqrt sub tanh testp xor".split())
+#: Instructions a run of batched shared loads looks ahead, and lanes x loads one batch holds at most.
+_RUN = 256
+_BATCH_ELEMENTS = 1 << 20
+
+
+@dataclasses.dataclass
+class _Batch:
+    """Shared reads made ahead (Machine._batch_reads): valid for lanes ``idx`` while the shared memory, its version
+    and the lanes' keys are these; row ``rows[i]`` is instruction i's, for the addresses ``offs`` of that row."""
+    idx: np.ndarray
+    keys: np.ndarray
+    shared: object
+    version: int
+    rows: dict
+    offs: np.ndarray
+    b: np.ndarray
+    values: np.ndarray
 
 
 @dataclasses.dataclass
@@ -107,12 +153,17 @@ class Machine:
         self._layout(shared_bytes)
         self._lanes()
         self.registers: dict = {}
+        self._alive_idx = self._info = self._batch = None
+        self._plans: dict = {}
+        self._starts = set(kernel.labels.values())
         self._atomic = False
         self.granule = _granule(kernel)
         self.global_granule = _granule(kernel, ("global",))
         self.global_writer = None
         self.uses_async = False
-        self.ops = Compiler(self, kernel).compile()
+        # Ops are built when a thread first reaches them (_issue_all); the last one is falling off the end.
+        self.compiler = Compiler(self, kernel)
+        self.ops: list = [None] * len(kernel.instructions) + [Op(EXIT, None, ins=None)]
 
     # --- set-up ---------------------------------------------------------------------------------
 
@@ -218,6 +269,7 @@ class Machine:
         from .memory import EPOCH_SHIFT, WEP_SHIFT
         self.lane_ep = self.shared.epoch[self.slot] << EPOCH_SHIFT
         self.lane_key = self.lane_ep | (self.wep << WEP_SHIFT) | (self.tid + 1)
+        self._info = None
 
     def register(self, name: str) -> np.ndarray:
         r = self.registers.get(name)
@@ -280,7 +332,38 @@ class Machine:
         return np.flatnonzero(m)
 
     def alive_idx(self):
-        return np.flatnonzero(self.alive)
+        """The lanes of the live threads (read-only; the same array until a thread exits)."""
+        idx = self._alive_idx
+        if idx is None:
+            idx = self._alive_idx = np.flatnonzero(self.alive)
+            idx.flags.writeable = False
+        return idx
+
+    def _lane_keys_per_granule(self, idx, n, ep, key):
+        """``ep`` and ``key`` of lanes ``idx`` repeated ``n`` times each (kept for the live lanes, as _lane_info)."""
+        c = self._info
+        if c is not None and c[0] is idx:
+            r = c[2].get(n)
+            if r is None:
+                r = c[2][n] = (np.repeat(ep, n), np.repeat(key, n))
+                for a in r:
+                    a.flags.writeable = False
+            return r
+        return np.repeat(ep, n), np.repeat(key, n)
+
+    def _lane_info(self, idx):
+        """slot, slot * granules per block, shadow epoch and key of lanes ``idx`` (kept for the live lanes'
+        array of :meth:`alive_idx` until a thread exits or the keys change)."""
+        c = self._info
+        if c is not None and c[0] is idx:
+            return c[1]
+        slot = self.slot[idx]
+        info = (slot, slot * self.shared.gstride, self.lane_ep[idx], self.lane_key[idx])
+        if idx is self._alive_idx:
+            for a in info:
+                a.flags.writeable = False
+            self._info = (idx, info, {})
+        return info
 
     # --- memory ---------------------------------------------------------------------------------
 
@@ -331,7 +414,14 @@ class Machine:
                 return None
         elif space == "shared":
             off = np.asarray(addr, dtype=np.int64)
-            if off.min() < 0 or off.max() + total > self.shared_size:
+            batch = self._batch
+            if batch is not None and not write and ins.index in batch.rows and idx is batch.idx:
+                r = self._batched_read(batch, ins, off)
+                if r is not None:
+                    return r
+            # off < 0 or off + total > size, in one comparison (a negative offset is a huge unsigned one)
+            if total > self.shared_size or np.count_nonzero(off.view(np.uint64)
+                                                            > np.uint64(self.shared_size - total)):
                 bad = (off < 0) | (off + total > self.shared_size)
                 i = int(np.flatnonzero(bad)[0])
                 o = int(off[i])
@@ -344,10 +434,17 @@ class Machine:
                            f"(статической {self.static_shared} Б, динамической {self.shared_size - self.static_shared} Б)",
                            idx[i], ins, int(bad.sum()))
             self._aligned(off, total, idx, ins)
-            slot = self.slot[idx]
             sh = self.shared
+            slot, slot_g, ep, key = self._lane_info(idx)
+            first = slot_g + (off >> sh.gshift)  # the granule of each lane's first byte
+            n = total >> sh.gshift  # granules per lane
+            if n == 1:
+                b, ep_g, key_g = first, ep, key
+            else:  # the granules lane by lane (as SharedMemory._granules lays them out), the keys repeated
+                b = (first[:, None] + np.arange(n, dtype=np.int64)).reshape(-1)
+                ep_g, key_g = self._lane_keys_per_granule(idx, n, ep, key)
             if self.uses_async and not write:
-                pend = sh.pending[sh._granules(slot, off, total)[0]]
+                pend = sh.pending[b]
                 if pend.any():
                     i = int(np.flatnonzero(pend)[0]) // max(total >> sh.gshift, 1)
                     self.fault("cp_async_pending", f"чтение разделяемой памяти ({self.shared_name(int(off[i]))}), "
@@ -356,12 +453,18 @@ class Machine:
                                int(pend.astype(bool).sum()))
             if self._atomic:
                 problems = [] if write else sh.track_atomic(slot, off, total)
+            elif write:
+                problems = sh.track_write(slot, off, total, ep, key, ins.index)
             else:
-                problems = (sh.track_write if write else sh.track_read)(slot, off, total, self.lane_ep[idx],
-                                                                         self.lane_key[idx], ins.index)
+                problems = sh.track_read(slot, off, total, ep_g, key_g, ins.index, b)
             for p in problems:
                 self._shared_problem(p, idx, ins, write)
-            off = (slot * sh.stride + off) // size
+            if write:
+                sh.version += 1
+            elif not problems and size == total == sh.g and idx is self._alive_idx and not self.uses_async \
+                    and not self._atomic:
+                self._batch_reads(ins, off, slot_g, ep)
+            off = first if size == sh.g else (slot * sh.stride + off) // size
             view = sh.data.view(dt)
         elif space == "local":
             off = addr.astype(np.int64)
@@ -380,7 +483,7 @@ class Machine:
             for k in range(nvec):
                 view[off + k] = values[k]
             return None
-        return np.stack([view[off + k] for k in range(nvec)]) if nvec > 1 else view[off][None, :]
+        return view[off + np.arange(nvec)[:, None]] if nvec > 1 else view[off][None, :]
 
     # --- asynchronous copies (ops_async) -------------------------------------------------------------
 
@@ -403,6 +506,7 @@ class Machine:
         sh = self.shared
         granules = sh._granules(self.slot[idx], dst, size)[0]
         np.add.at(sh.pending, granules, 1)
+        sh.version += 1
         self.async_queue.append([idx, self.async_commits[idx].copy(), dst, data, ins, granules])
 
     def async_commit(self, idx):
@@ -436,6 +540,79 @@ class Machine:
                 keep.append([lanes[rest], seq[rest], dst[rest], data[rest], cins,
                              granules.reshape(len(lanes), per)[rest].reshape(-1)])
         self.async_queue = keep
+
+    # --- batched shared reads ---------------------------------------------------------------------
+
+    def _read_run(self, ins):
+        """The shared loads after ``ins`` in its straight-line run that read through the same base register at
+        other offsets (same opcode, unguarded), as (instruction indices, offset deltas); None where there are none.
+        The run ends at a label, at an instruction that is not a register-only operation or a load, or where the
+        base register is written.  Static: whether a batch is used is decided at run time (``_batched_read``)."""
+        plan = self._plans.get(ins.index, False)
+        if plan is not False:
+            return plan
+        plan = None
+        a = ins.operands[1] if len(ins.operands) == 2 else None
+        if ins.mnemonic == "ld" and ins.guard is None and a is not None and a.kind == "addr" \
+                and a.base is not None and a.base.kind == "reg":
+            reg, starts = a.base.value, self._starts
+            instructions = self.kernel.instructions
+            rows, deltas = [], []
+            for j in range(ins.index + 1, min(ins.index + _RUN, len(instructions))):
+                if j in starts:
+                    break
+                nxt = instructions[j]
+                if nxt.mnemonic not in _REGISTER_ONLY and nxt.mnemonic != "ld":
+                    break
+                b = nxt.operands[1] if nxt.mnemonic == "ld" and len(nxt.operands) == 2 else None
+                if nxt.opcode == ins.opcode and nxt.guard is None and b is not None and b.kind == "addr" \
+                        and b.base is not None and b.base.kind == "reg" and b.base.value == reg:
+                    rows.append(j)
+                    deltas.append(b.offset - a.offset)
+                if reg in _writes(nxt):
+                    break
+            if rows:
+                plan = (rows, np.array(deltas, dtype=np.int64)[:, None])
+        self._plans[ins.index] = plan
+        return plan
+
+    def _batch_reads(self, ins, off, slot_g, ep):
+        """After a clean shared read of every live lane at ``off``: check, and read, the loads of its run
+        (``_read_run``) at the addresses they will have if the base register keeps its value.  Kept only where
+        every one of them is in bounds, aligned, of initialised bytes and with no write of the current epoch
+        (where any is not, those loads run one by one and report what they find)."""
+        plan = self._read_run(ins)
+        if plan is None:
+            return
+        rows, deltas = plan
+        if len(rows) * len(off) > _BATCH_ELEMENTS:
+            k = max(_BATCH_ELEMENTS // len(off), 1)
+            rows, deltas = rows[:k], deltas[:k]
+        sh, total = self.shared, self.shared.g
+        offs = off + deltas
+        if total > self.shared_size or np.count_nonzero(offs.view(np.uint64) > np.uint64(self.shared_size - total)):
+            return
+        if total > 1 and np.count_nonzero(offs & (total - 1)):
+            return
+        b = slot_g + (offs >> sh.gshift)
+        w = sh.writer[b]
+        if np.count_nonzero(w) < w.size or np.count_nonzero(w >= ep):
+            return
+        self._batch = _Batch(self._alive_idx, self.lane_key, sh, sh.version, {r: k for k, r in enumerate(rows)},
+                             offs, b, sh.data.view(UNSIGNED[total * 8])[b])
+
+    def _batched_read(self, batch, ins, off):
+        """The read of ``ins`` from the batch, where the shared state and the keys are those it was read at and
+        the lanes' addresses are the ones it assumed (else None: the read runs as usual)."""
+        k = batch.rows[ins.index]
+        sh = self.shared
+        if batch.keys is not self.lane_key or batch.shared is not sh or batch.version != sh.version \
+                or np.count_nonzero(off != batch.offs[k]):
+            self._batch = None
+            return None
+        slot, _, ep, key = self._lane_info(batch.idx)
+        sh.note_read(batch.b[k], ep, key, ins.index, slot)
+        return batch.values[k][None, :]
 
     def _global_writes(self, idx, byte_off, total, view, off, values, nvec, ins):
         """Store, and report write-write races: two threads writing different values to one global granule
@@ -498,7 +675,7 @@ class Machine:
         align = total if total & (total - 1) == 0 else 1
         if align > 1:
             low = addr & addr.dtype.type(align - 1)
-            if low.any():
+            if np.count_nonzero(low):
                 bad = low != 0
                 i = int(np.flatnonzero(bad)[0])
                 self.fault("misaligned", f"невыровненный доступ: {total} Б по адресу, не кратному {align} "
@@ -569,6 +746,7 @@ class Machine:
         self.exists = (self.tid < self.T) & (self.slot < n)
         self.exited = ~self.exists
         self.alive = self.exists.copy()
+        self._alive_idx = self._info = self._batch = None
         for r in self.registers.values():
             r[...] = 0
         self.wep[...] = 0
@@ -598,6 +776,8 @@ class Machine:
         bar_pc = np.zeros(self.L, dtype=np.int64)
         coll_wait: dict = {}
         limit = self.max_issues
+        build = self.compiler.build
+        end = len(ops)
 
         def add(pc, mask, count):
             g = groups.get(pc)
@@ -623,45 +803,62 @@ class Machine:
                 return
             pc = min(groups)
             mask, count = groups.pop(pc)
-            op = self._op = ops[pc]
-            self.issued += 1
-            if self.issued > limit:
-                self.fault("timeout", f"ядро не завершилось за {limit} шагов эмулятора: бесконечный цикл?",
-                           int(np.flatnonzero(mask)[0]), op.ins)
-            kind = op.kind
-            if kind == PLAIN:
-                op.fn(None if count == self.n_alive else mask)
-                add(pc + 1, mask, count)
-            elif kind == BRANCH:
-                if op.fn is None:
-                    add(op.target, mask, count)
-                    continue
-                taken = mask & op.fn()
-                nt = int(np.count_nonzero(taken))
-                if nt == count:
-                    add(op.target, mask, count)
-                elif nt == 0:
-                    add(pc + 1, mask, count)
-                else:
-                    add(op.target, taken, nt)
-                    add(pc + 1, mask & ~taken, count - nt)
-            elif kind == EXIT:
-                self.exited |= mask
-                self.alive &= ~mask
-                self.n_alive -= count
-            elif kind == BARRIER:
-                bar_wait |= mask
-                bar_pc[mask] = pc
-            elif kind == COLLECTIVE:
-                waiting = coll_wait.pop(pc, None)
-                part = mask if waiting is None else (mask | waiting)
-                ready = op.ready(part)
-                nr = int(np.count_nonzero(ready))
-                if nr:
-                    op.fn(ready)
-                    add(pc + 1, ready, nr)
-                if nr < int(np.count_nonzero(part)):
-                    coll_wait[pc] = part & ~ready
+            # The group runs alone, one issue per instruction, while its pc stays below every other group's
+            # (the loop over groups would pick it again); it goes back into ``groups`` where that ends.
+            stop = min(groups) if groups else end
+            arg = None if count == self.n_alive else mask
+            while True:
+                op = ops[pc]
+                if op is None:
+                    op = ops[pc] = build(pc)
+                self._op = op
+                self.issued += 1
+                if self.issued > limit:
+                    self.fault("timeout", f"ядро не завершилось за {limit} шагов эмулятора: бесконечный цикл?",
+                               int(np.flatnonzero(mask)[0]), op.ins)
+                kind = op.kind
+                if kind == PLAIN:
+                    op.fn(arg)
+                    pc += 1
+                elif kind == BRANCH:
+                    if op.fn is not None:
+                        taken = mask & op.fn()
+                        nt = int(np.count_nonzero(taken))
+                        if nt == 0:
+                            pc += 1
+                            if pc < stop:
+                                continue
+                            add(pc, mask, count)
+                            break
+                        if nt != count:
+                            add(op.target, taken, nt)
+                            add(pc + 1, mask & ~taken, count - nt)
+                            break
+                    pc = op.target
+                elif kind == EXIT:
+                    self.exited |= mask
+                    self.alive &= ~mask
+                    self.n_alive -= count
+                    self._alive_idx = self._info = None
+                    break
+                elif kind == BARRIER:
+                    bar_wait |= mask
+                    bar_pc[mask] = pc
+                    break
+                else:  # COLLECTIVE
+                    waiting = coll_wait.pop(pc, None)
+                    part = mask if waiting is None else (mask | waiting)
+                    ready = op.ready(part)
+                    nr = int(np.count_nonzero(ready))
+                    if nr:
+                        op.fn(ready)
+                        add(pc + 1, ready, nr)
+                    if nr < int(np.count_nonzero(part)):
+                        coll_wait[pc] = part & ~ready
+                    break
+                if pc >= stop:
+                    add(pc, mask, count)
+                    break
 
     def _partial_collective(self, op, mask):
         present = self.warp_bits(mask)
@@ -705,7 +902,7 @@ class Machine:
                            + (f" (строки {', '.join(map(str, lines))})" if lines else "")
                            + ": барьер внутри ветвления, по которому потоки блока пошли по-разному; на GPU это "
                              "зависание или неопределённое поведение", lane, self.ops[int(bar_pc[lane])].ins)
-        self.shared.epoch[per_block > 0] += 1
+        self.shared.advance(per_block > 0)
         self.update_keys()
         for pc in pcs:
             sel = waiting & (bar_pc == pc)

@@ -32,6 +32,8 @@ MIXED = 1 << 19
 WEP_SHIFT, WEP_MASK = 20, (1 << 20) - 1
 EPOCH_SHIFT = 40
 ATOMIC_WRITER = TID_MASK  # epoch 0: initialised, never racing
+#: Granules of queued reads (SharedMemory.track_read) after which they are recorded without waiting for a write.
+MAX_QUEUED = 1 << 22
 
 _DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -159,6 +161,11 @@ class SharedMemory:
         self.writer_pc = np.zeros(n, dtype=np.int32)
         self.reader_pc = np.zeros(n, dtype=np.int32)
         self.epoch = np.ones(blocks, dtype=np.int64)
+        self.reads: list = []  # reads not yet in the readers' summary (track_read), and their granule count
+        self.queued = 0
+        # Changes with every write of data or writer words, every epoch step and every queued cp.async: a read
+        # computed at one version is the same read at that version (Machine's batched shared reads rely on it).
+        self.version = 0
         self.variables = variables  # (offset, size, name) of each shared variable
 
     def name_of(self, offset: int) -> str:
@@ -181,20 +188,26 @@ class SharedMemory:
     def _byte(self, g, slot_g):
         return int((g - slot_g * self.gstride) << self.gshift)
 
-    def track_read(self, slot, off, size, ep, key, pc):
-        """Record reads of lanes with shadow keys ``key`` (and block epochs ``ep``, both shifted into place); the
-        problems found: a list of (kind, index of the lane, other thread, other pc, byte, count)."""
+    def track_read(self, slot, off, size, ep, key, pc, b=None):
+        """Check reads of lanes with shadow keys ``key`` (and block epochs ``ep``, both shifted into place) against
+        the writers; the problems found: a list of (kind, index of the lane, other thread, other pc, byte, count).
+        ``b``: the granules (:meth:`_granules`), where the caller has them; ``ep`` and ``key`` are then per granule.
+
+        Only the writer words decide a read's findings; the readers' summary (needed by later writes of the same
+        epoch) is queued and brought up to date, in program order, by :meth:`flush_reads` before the next write
+        looks at it, and dropped when the blocks' epoch advances (a summary of an older epoch is never read)."""
         n = max(size >> self.gshift, 1)
-        b, ep, key = self._granules(slot, off, size, ep, key)
+        if b is None:
+            b, ep, key = self._granules(slot, off, size, ep, key)
         problems = []
         W = self.writer[b]
-        if W.min() == 0:
+        if np.count_nonzero(W) < len(W):
             never = W == 0
             i = int(np.flatnonzero(never)[0])
             problems.append(("uninitialized_shared", i // n, None, None,
                              self._byte(b[i], slot[i // n]), int(never.sum())))
         same = W >= ep
-        if same.any():
+        if np.count_nonzero(same):
             s = np.flatnonzero(same)
             Ws, ks = W[s], key[s]
             wt, t1 = Ws & TID_MASK, ks & TID_MASK
@@ -206,6 +219,40 @@ class SharedMemory:
                 i = s[j]
                 problems.append(("raw", int(i // n), int(wt[j] - 1), int(self.writer_pc[b[i]]),
                                  self._byte(b[i], slot[i // n]), int(race.sum())))
+        self.note_read(b, ep, key, pc, slot)
+        return problems
+
+    def note_read(self, b, ep, key, pc, slot):
+        """Queue reads of granules ``b`` (found free of problems) for the readers' summary."""
+        self.reads.append((b, ep, key, pc, slot))
+        self.queued += len(b)
+        if self.queued > MAX_QUEUED:
+            self.flush_reads()
+
+    def flush_reads(self):
+        """Bring the readers' summary up to date with the queued reads (in the order they were made)."""
+        reads, self.reads, self.queued = self.reads, [], 0
+        for b, ep, key, pc, _ in reads:
+            self._record_read(b, ep, key, pc)
+
+    def advance(self, blocks):
+        """The epoch of the blocks marked in ``blocks`` (bool per block) advances (a barrier released them).
+        Queued reads of those blocks are dropped (their summary would be of an older epoch, which no access
+        consults); a queued read touching any other block is recorded."""
+        if self.reads:
+            stay = ~blocks
+            if stay.any():
+                reads, self.reads, self.queued = self.reads, [], 0
+                for b, ep, key, pc, slot in reads:
+                    if stay[slot].any():
+                        self._record_read(b, ep, key, pc)
+            else:
+                self.reads, self.queued = [], 0
+        self.epoch[blocks] += 1
+        self.version += 1
+
+    def _record_read(self, b, ep, key, pc):
+        """The readers' summary after reads of granules ``b`` (keys ``key``, epochs ``ep``) at ``pc``."""
         R = self.reader[b]
         sameR = R >= ep
         self.reader[b] = key
@@ -233,9 +280,11 @@ class SharedMemory:
                 mixed2 = ((bt - 1) >> 5) != ((t1[s] - 1) >> 5)
                 if mixed2.any():
                     self.reader[b[s[mixed2]]] |= MIXED
-        return problems
 
     def track_write(self, slot, off, size, ep, key, pc):
+        self.version += 1
+        if self.reads:
+            self.flush_reads()
         n = max(size >> self.gshift, 1)
         lane = np.arange(len(slot))
         b, ep, key, lane = self._granules(slot, off, size, ep, key, lane)
@@ -281,6 +330,7 @@ class SharedMemory:
 
     def track_atomic(self, slot, off, size):
         """Atomics take no part in races; they read (uninitialised bytes are reported) and initialise."""
+        self.version += 1
         lane = np.arange(len(slot))
         b, lane = self._granules(slot, off, size, lane)
         problems = []

@@ -115,13 +115,38 @@ def build_mul(ins, c):
     return _binary(ins, c, _mul)
 
 
+_LOW29 = np.uint64(0x1FFFFFFF)  # the float64 mantissa bits below float32's precision
+_ABS64 = np.uint64(0x7FFFFFFFFFFFFFFF)
+_TINY64 = np.uint64(np.array(1.2e-38).view(np.uint64) - 1)
+_TIE = {"rn": np.uint64(0x10000000)}
+
+
 def fma32(x, y, z, mode="rn"):
     """float32 x * y + z rounded once.
 
     The product is exact in float64; the float64 sum p + z is rounded once more.  Rounding that to float32 is
     wrong only where the float64 sum sits exactly on a float32 rounding boundary (a midpoint for RN, a float32
-    value for the directed modes) or in float32's subnormal range: there the exact residual (TwoSum) rounds it
-    to odd first."""
+    value for the directed modes) or in float32's subnormal range, and there only where the sum was inexact:
+    where every such sum is exact (TwoSum's residual 0; the usual case, e.g. 1 * v + w) it is rounded as it is,
+    else :func:`fma32_exact` rounds those sums to odd first (the same bits, fewer NumPy calls)."""
+    p = np.multiply(x, y, dtype=np.float64)
+    s = np.add(p, z, dtype=np.float64)
+    if s.ndim == 0:
+        return fma32_exact(x, y, z, mode)
+    u = s.view(np.uint64)
+    boundary = (u & _LOW29) == _TIE.get(mode, 0)
+    tiny = ((u & _ABS64) - np.uint64(1)) < _TINY64  # 0 < |s| < 1.2e-38 (NaN and 0 excluded)
+    if np.count_nonzero(boundary) or np.count_nonzero(tiny):
+        with np.errstate(invalid="ignore", over="ignore"):
+            bb = s - p  # TwoSum's residual of p + z (over every lane: as cheap as picking the suspects out)
+            e = (p - (s - bb)) + (z - bb)
+        if np.count_nonzero(e[boundary | tiny]):  # an inexact sum on a boundary (or an infinite sum's NaN residual)
+            return fma32_exact(x, y, z, mode)
+    return rnd.to_f32(s, mode)
+
+
+def fma32_exact(x, y, z, mode="rn"):
+    """:func:`fma32`, with every suspect float64 sum rounded to odd through TwoSum."""
     p = np.asarray(x, dtype=np.float64) * np.asarray(y, dtype=np.float64)
     zz = np.asarray(z, dtype=np.float64)
     s = p + zz

@@ -3,11 +3,12 @@
 Each opcode has one builder, registered with :func:`opcode`; a builder gets the :class:`Instruction` and the
 :class:`Compiler` and returns an :class:`Op`.  A builder that meets a modifier or operand it does not know
 raises :class:`Unsupported`; the compiler then puts in its place an op that reports ``unsupported`` when (and
-only when) a thread reaches it.  Adding a form is adding (or extending) one builder.
+only when) a thread reaches it.  Adding a form is adding (or extending) one builder.  The machine builds each
+instruction's op when a thread first reaches it (:meth:`Compiler.build`); :meth:`Compiler.compile` builds them all.
 
 Registers are NumPy arrays of raw bits, one element per lane, as wide as their declaration (``.pred`` is bool);
 an instruction reads them through views of its own type.  A closure takes the mask of the lanes that execute
-(None: every lane) and writes only those.
+(None: every live lane; it may then write every lane) and writes only those.
 """
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ class Compiler:
     def __init__(self, machine, kernel):
         self.m = machine
         self.kernel = kernel
+        self._fused = None  # contractions(kernel), made on the first build
 
     # --- types ----------------------------------------------------------------------------------
 
@@ -201,8 +203,16 @@ class Compiler:
         rbits = R.dtype.itemsize * 8
         dt = DTYPE[typ]
         if rbits == bits:
-            def convert(v):
-                return np.asarray(v, dtype=dt).view(R.dtype)
+            Rt = R.view(dt)
+
+            def set_same(v, m):  # a value already of the type: copied as it is (the bits are the same)
+                if type(v) is not np.ndarray or v.dtype != dt:
+                    v = np.asarray(v, dtype=dt)
+                if m is None:
+                    Rt[...] = v
+                else:
+                    np.copyto(Rt, v, where=m)
+            return set_same
         elif rbits > bits:
             ext = SIGNED[bits] if is_signed(typ) else UNSIGNED[bits]
 
@@ -235,29 +245,32 @@ class Compiler:
     # --- the program ------------------------------------------------------------------------------
 
     def compile(self) -> list[Op]:
-        ops = []
-        fused = contractions(self.kernel) if getattr(self.m, "contract", True) else {}
-        for ins in self.kernel.instructions:
-            try:
-                if ins.index in fused:  # the builder is ops_float.build_contracted
-                    op = BUILDERS[(CONTRACTED, None)](ins, self, *fused[ins.index])
-                    op.ins = ins
-                    ops.append(op)
-                    continue
-                builder = find_builder(ins)
-                if builder is None:
-                    raise Unsupported(f"opcode {ins.mnemonic}")
-                op = builder(ins, self)
+        """Every instruction's op, and a final EXIT (falling off the end returns)."""
+        return [self.build(i) for i in range(len(self.kernel.instructions))] + [Op(EXIT, None, ins=None)]
+
+    def build(self, index: int) -> Op:
+        """The op of instruction ``index`` (the machine builds each when a thread first reaches it)."""
+        ins = self.kernel.instructions[index]
+        fused = self._fused
+        if fused is None:
+            fused = self._fused = contractions(self.kernel) if getattr(self.m, "contract", True) else {}
+        try:
+            if ins.index in fused:  # the builder is ops_float.build_contracted
+                op = BUILDERS[(CONTRACTED, None)](ins, self, *fused[ins.index])
                 op.ins = ins
-                if op.kind == PLAIN and ins.guard is not None:
-                    op = Op(PLAIN, _guarded(op.fn, self.guard(ins), self.m), ins=ins)
-                elif op.kind in (EXIT, BARRIER, COLLECTIVE) and ins.guard is not None:
-                    raise Unsupported("predicated control instruction")
-            except Unsupported as e:
-                op = Op(PLAIN, _unsupported(self.m, ins, str(e)), ins=ins)
-            ops.append(op)
-        ops.append(Op(EXIT, None, ins=None))  # falling off the end returns
-        return ops
+                return op
+            builder = find_builder(ins)
+            if builder is None:
+                raise Unsupported(f"opcode {ins.mnemonic}")
+            op = builder(ins, self)
+            op.ins = ins
+            if op.kind == PLAIN and ins.guard is not None:
+                op = Op(PLAIN, _guarded(op.fn, self.guard(ins), self.m), ins=ins)
+            elif op.kind in (EXIT, BARRIER, COLLECTIVE) and ins.guard is not None:
+                raise Unsupported("predicated control instruction")
+        except Unsupported as e:
+            op = Op(PLAIN, _unsupported(self.m, ins, str(e)), ins=ins)
+        return op
 
 
 def _guarded(fn, pred, machine):

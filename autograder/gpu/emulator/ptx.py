@@ -86,9 +86,16 @@ _REG = re.compile(r"\.reg\s+(?:\.v\d\s+)?\.(\w+)\s+(.*)")
 _VAR = re.compile(r"(\.extern\s+)?\.(shared|local)\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)\s*((?:\[\d*\])*)")
 _LOC = re.compile(r"\.loc\s+(\d+)\s+(\d+)")
 _FILE = re.compile(r'\.file\s+(\d+)\s+"([^"]*)"')
+_BRACE = re.compile(r"[{}]")
+_LABEL = re.compile(r"^([\w$]+):\s*(.*)$")
 
 
 def _split_operands(text: str) -> list[str]:
+    if "[" not in text and "{" not in text and "]" not in text and "}" not in text:  # no nesting: split at commas
+        out = [t.strip() for t in text.split(",")]
+        if not out[-1]:
+            out.pop()
+        return out
     out, depth, cur = [], 0, []
     for ch in text:
         if ch in "[{":
@@ -106,6 +113,12 @@ def _split_operands(text: str) -> list[str]:
 
 
 _INT = re.compile(r"^-?(0[xX][0-9a-fA-F]+|\d+)U?$")
+_ADDR = re.compile(r"^([%\w$.]+?)(?:\+(-?(?:0[xX][0-9a-fA-F]+|\d+)))?$")
+_ABS_ADDR = re.compile(r"^(-?(?:0[xX][0-9a-fA-F]+|\d+))$")
+_F32 = re.compile(r"^0[fF][0-9a-fA-F]{8}$")
+_F64 = re.compile(r"^0[dD][0-9a-fA-F]{16}$")
+_DEC = re.compile(r"^-?\d*\.\d+(e[-+]?\d+)?$")
+_SYM = re.compile(r"^[A-Za-z_][\w$]*$")
 
 
 def parse_operand(text: str) -> Operand:
@@ -115,9 +128,9 @@ def parse_operand(text: str) -> Operand:
         return Operand("vec", text, items=items)
     if text.startswith("["):
         inner = text[1:-1].replace(" ", "")
-        m = re.match(r"^([%\w$.]+?)(?:\+(-?(?:0[xX][0-9a-fA-F]+|\d+)))?$", inner)
+        m = _ADDR.match(inner)
         if m is None:
-            m2 = re.match(r"^(-?(?:0[xX][0-9a-fA-F]+|\d+))$", inner)
+            m2 = _ABS_ADDR.match(inner)
             if m2:
                 return Operand("addr", text, base=None, offset=int(m2.group(1), 0))
             raise Unsupported(f"address operand {text}")
@@ -136,19 +149,19 @@ def parse_operand(text: str) -> Operand:
         return op
     if text.startswith("%"):
         return Operand("reg", text, value=text)
-    if re.match(r"^0[fF][0-9a-fA-F]{8}$", text):
+    if _F32.match(text):
         return Operand("fimm", text, value=int(text[2:], 16), bits=32)
-    if re.match(r"^0[dD][0-9a-fA-F]{16}$", text):
+    if _F64.match(text):
         return Operand("fimm", text, value=int(text[2:], 16), bits=64)
     if _INT.match(text):
         t = text.rstrip("U")
         neg = t.startswith("-")
         v = int(t[1:] if neg else t, 0)
         return Operand("imm", text, value=-v if neg else v)
-    if re.match(r"^-?\d*\.\d+(e[-+]?\d+)?$", text):
+    if _DEC.match(text):
         import struct
         return Operand("fimm", text, value=struct.unpack("<Q", struct.pack("<d", float(text)))[0], bits=64)
-    if text.startswith("$") or re.match(r"^[A-Za-z_][\w$]*$", text):
+    if text.startswith("$") or _SYM.match(text):
         return Operand("sym", text, value=text)
     raise Unsupported(f"operand {text}")
 
@@ -215,14 +228,12 @@ def parse(text: str) -> dict[str, Kernel]:
     body_spans = []
     kernels = {}
     for m in _ENTRY.finditer(text):
-        depth, i = 1, m.end()
-        while depth and i < len(text):
-            c = text[i]
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-            i += 1
+        depth, i = 1, len(text)
+        for b in _BRACE.finditer(text, m.end()):  # the brace that closes the body
+            depth += 1 if b.group() == "{" else -1
+            if not depth:
+                i = b.end()
+                break
         body_spans.append((m.start(), i))
         kernels[m.group(1)] = (m.group(2), text[m.end():i - 1])
     outside = text
@@ -242,7 +253,7 @@ def _kernel(name, params, body, module_vars, files) -> Kernel:
     line = None
     source_file = None
     for raw in body.splitlines():
-        stmt = _COMMENT.sub("", raw).strip()
+        stmt = (_COMMENT.sub("", raw) if "/" in raw else raw).strip()
         if not stmt or stmt in ("{", "}"):
             continue
         if stmt.startswith((".loc ", ".loc\t")):
@@ -255,7 +266,7 @@ def _kernel(name, params, body, module_vars, files) -> Kernel:
             stmt = stmt[1:].strip()
         while stmt.endswith("}"):
             stmt = stmt[:-1].strip()
-        m = re.match(r"^([\w$]+):\s*(.*)$", stmt)
+        m = _LABEL.match(stmt) if ":" in stmt else None
         if m and not stmt.startswith("."):
             labels[m.group(1)] = len(instructions)
             stmt = m.group(2).strip()
@@ -263,6 +274,9 @@ def _kernel(name, params, body, module_vars, files) -> Kernel:
                 continue
         for piece in [s.strip().lstrip("{}").strip() for s in stmt.split(";")]:  # nested { } scopes
             if not piece:
+                continue
+            if piece[0] != ".":
+                instructions.append(_instruction(len(instructions), piece, line))
                 continue
             if piece.startswith(".reg"):
                 rm = _REG.match(piece)
@@ -279,9 +293,7 @@ def _kernel(name, params, body, module_vars, files) -> Kernel:
                 continue
             if piece.startswith((".pragma", ".maxntid", ".reqntid", ".minnctapersm", ".maxnreg", ".file")):
                 continue
-            if piece.startswith("."):
-                raise Unsupported(f"directive {piece}")
-            instructions.append(_instruction(len(instructions), piece, line))
+            raise Unsupported(f"directive {piece}")
     return Kernel(name, params, registers, variables, instructions, labels, source_file)
 
 

@@ -108,14 +108,14 @@ def directed_f64(s, e, mode: str):
 def canon32(r):
     """NaN results as the GPU writes them (0x7fffffff)."""
     nan = r != r
-    if nan.any():
+    if np.count_nonzero(nan):
         return np.where(nan, F32_CANON_NAN, r)
     return r
 
 
 def canon64(r):
     nan = r != r
-    if nan.any():
+    if np.count_nonzero(nan):
         return np.where(nan, F64_CANON_NAN, r)
     return r
 
