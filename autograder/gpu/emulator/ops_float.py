@@ -142,7 +142,8 @@ def fma32(x, y, z, mode="rn"):
             e = (p - (s - bb)) + (z - bb)
         if np.count_nonzero(e[boundary | tiny]):  # an inexact sum on a boundary (or an infinite sum's NaN residual)
             return fma32_exact(x, y, z, mode)
-    return rnd.to_f32(s, mode)
+    r = rnd.to_f32(s, mode)
+    return rnd.rm_zero(r, p, z) if mode == "rm" else r  # an exact zero sum is -0.0 under rm
 
 
 def fma32_exact(x, y, z, mode="rn"):
