@@ -6,7 +6,7 @@
 
 Each entry's value checks (``tests/emulated_banks.py``: the checks that compare the wrapper's output with the
 oracle, on their visible and hidden cases) run once with real CuPy on the GPU and once with the CuPy stand-in
-(``autograder.gpu.emulated_cupy``: NVRTC PTX for compute_75 on the emulator), each entry in a fresh process
+(``autograder.gpu.emulated_cupy`` posing as an H200: its limits, NVRTC PTX for compute_80 on the emulator), each entry in a fresh process
 (a kernel fault spoils a CUDA context).  Per entry the JSON records what each side lost, the emulator's findings,
 whether the emulator shows what the bank says the entry does on a GPU (``tests/emulated_banks.disagreement``),
 and, for every output both sides computed, how far apart they are in units of the lesson's tolerance
@@ -158,7 +158,7 @@ def write(out: Path, rows: list, device: str, workers: int, *, complete: bool) -
 
     report = {"device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "python3 " + " ".join(sys.argv), "cupy": cupy.__version__, "cpu": platform.processor(),
-              "cpu_count": os.cpu_count(), "workers": workers, "emulator_arch": "compute_75", "complete": complete,
+              "cpu_count": os.cpu_count(), "workers": workers, "emulator_arch": "compute_80 (the stand-in posing as an H200)", "complete": complete,
               "entries": len(rows), "agree": sum(1 for r in rows if r.get("emulator_shows_what_the_gpu_shows")),
               "rows": rows}
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,10 @@
 """A stand-in for CuPy whose kernels run on the PTX emulator (:mod:`autograder.gpu.emulator`): no GPU needed.
 
-What the course's wrappers use is here: ``RawKernel`` (NVRTC PTX for :data:`ARCH`, then the emulator; options such
+What the course's wrappers use is here: ``RawKernel`` (NVRTC PTX for the GPU it poses as, then the emulator; options such
 as ``-DBC=64``; ``max_dynamic_shared_size_bytes``), device arrays (:class:`ndarray`, a NumPy array that stands
 for device memory: ``get``, ``set``, slicing, arithmetic), ``asarray``/``asnumpy``/``empty``/``zeros``/``ones``/
-``full``/``*_like``/``ascontiguousarray``, the dtypes, ``cuda.Device()`` (attributes of a T4, the GPU a student
-without one is most likely to get) and ``cuda.runtime.getDeviceProperties``.  New arrays from ``empty`` are filled
+``full``/``*_like``/``ascontiguousarray``, the dtypes, ``cuda.Device()`` (by default the attributes of a T4, the GPU a
+student without one is most likely to get, and compute_75 PTX; or an H200's, :data:`DEVICES`) and ``cuda.runtime.getDeviceProperties``.  New arrays from ``empty`` are filled
 with NaN bytes (0xFF), as the GPU checks fill every new allocation.  Anything else fails with a message that
 names it, never with a wrong answer.
 
@@ -28,9 +28,6 @@ from . import nvrtc
 from .emulator import launch
 from .emulator.findings import FATAL
 
-#: The virtual architecture the stand-in compiles for: the T4's (sm_75), the Colab GPU.
-ARCH = "compute_75"
-
 #: ``cuda.Device().attributes`` of a Tesla T4 (the CUDA runtime's names).
 T4_ATTRIBUTES = {
     "MaxThreadsPerBlock": 1024, "MaxSharedMemoryPerBlock": 48 * 1024, "MaxSharedMemoryPerBlockOptin": 64 * 1024,
@@ -43,6 +40,19 @@ T4_PROPERTIES = {"name": b"Tesla T4 (emulated)", "major": 7, "minor": 5, "multiP
                  "maxThreadsPerBlock": 1024, "maxThreadsPerMultiProcessor": 1024, "regsPerMultiprocessor": 65536,
                  "sharedMemPerBlock": 48 * 1024, "sharedMemPerBlockOptin": 64 * 1024,
                  "sharedMemPerMultiprocessor": 64 * 1024, "l2CacheSize": 4 * 2**20, "totalGlobalMem": 15 * 2**30}
+
+#: ``cuda.Device().attributes`` and properties of an H200 where they differ from the T4's (227 KiB of shared
+#: memory per block, 132 SMs): for comparing with runs on the H200 (``installed("H200")``; PTX for compute_80,
+#: the newest virtual architecture the emulator runs).
+H200_ATTRIBUTES = {**T4_ATTRIBUTES, "MaxSharedMemoryPerBlockOptin": 227 * 1024, "MultiProcessorCount": 132,
+                   "MaxSharedMemoryPerMultiprocessor": 228 * 1024, "ComputeCapabilityMajor": 9,
+                   "ComputeCapabilityMinor": 0, "MaxThreadsPerMultiProcessor": 2048, "L2CacheSize": 60 * 2**20}
+H200_PROPERTIES = {**T4_PROPERTIES, "name": b"NVIDIA H200 (emulated)", "major": 9, "minor": 0,
+                   "multiProcessorCount": 132, "maxThreadsPerMultiProcessor": 2048, "sharedMemPerBlockOptin": 227 * 1024,
+                   "sharedMemPerMultiprocessor": 228 * 1024, "l2CacheSize": 60 * 2**20, "totalGlobalMem": 141 * 10**9}
+#: The GPUs the stand-in can pose as: (virtual architecture, attributes, properties).
+DEVICES = {"T4": ("compute_75", T4_ATTRIBUTES, T4_PROPERTIES), "H200": ("compute_80", H200_ATTRIBUTES, H200_PROPERTIES)}
+_device_profile = DEVICES["T4"]
 
 #: Every launch since the last :func:`reset`: (kernel name, emulator result).
 LAUNCHES: list = []
@@ -125,7 +135,11 @@ class RawKernel:
 
     def __call__(self, grid, block, args, *, shared_mem: int = 0, stream=None, enable_cooperative_groups=False):
         if self._ptx is None:
-            self._ptx = nvrtc.ptx(self.code, arch=ARCH, options=self.options)
+            self._ptx = nvrtc.ptx(self.code, arch=_device_profile[0], options=self.options)
+        optin = _device_profile[1]["MaxSharedMemoryPerBlockOptin"]
+        if self.max_dynamic_shared_size_bytes > optin:
+            raise EmulatedFault(f"cudaErrorInvalidValue: max_dynamic_shared_size_bytes = "
+                                f"{self.max_dynamic_shared_size_bytes} Б больше допустимого на этом GPU ({optin} Б)")
         limit = max(T4_ATTRIBUTES["MaxSharedMemoryPerBlock"], self.max_dynamic_shared_size_bytes)
         if shared_mem > limit:
             raise EmulatedFault(f"cudaErrorInvalidValue: shared_mem={shared_mem} Б больше допустимого ({limit} Б; "
@@ -141,8 +155,8 @@ class RawKernel:
 class _Device:
     def __init__(self, device: int = 0):
         self.id = device
-        self.attributes = dict(T4_ATTRIBUTES)
-        self.compute_capability = "75"
+        self.attributes = dict(_device_profile[1])
+        self.compute_capability = f"{self.attributes['ComputeCapabilityMajor']}{self.attributes['ComputeCapabilityMinor']}"
 
     def synchronize(self):
         pass
@@ -162,7 +176,8 @@ def _unsupported(name: str):
 
 cuda = types.SimpleNamespace(
     Device=_Device,
-    runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda device=0: dict(T4_PROPERTIES)),
+    runtime=types.SimpleNamespace(getDeviceCount=lambda: 1,
+                                  getDeviceProperties=lambda device=0: dict(_device_profile[2])),
     Event=_unsupported("cupy.cuda.Event (время на эмуляторе не измеряется)"),
     get_elapsed_time=_unsupported("cupy.cuda.get_elapsed_time"),
 )
@@ -197,8 +212,9 @@ def __getattr__(name: str):
 # --- in place of CuPy and of the GPU runtime's device memory -------------------------------------
 
 @contextlib.contextmanager
-def installed():
-    """``cupy`` is this module and the GPU runtime's device memory is the stand-in's, for the block.
+def installed(device: str = "T4"):
+    """``cupy`` is this module and the GPU runtime's device memory is the stand-in's, for the block; the GPU it
+    poses as is ``device`` (:data:`DEVICES`: its limits, which wrappers read, and the PTX architecture).
 
     The runtime's guard bytes and allocator hook are CuPy internals; on the emulator every access is checked
     against its allocation instead, so :func:`autograder.gpu.runtime.device` becomes a plain copy and
@@ -209,7 +225,9 @@ def installed():
     from ..isolation import guard
     from . import runtime
 
+    global _device_profile
     module = sys.modules[__name__]
+    previous_profile, _device_profile = _device_profile, DEVICES[device]
 
     def run_student(function, *args, case: str, what: str, **kwargs):
         try:
@@ -232,4 +250,5 @@ def installed():
             sys.modules.pop("cupy", None)
         else:
             sys.modules["cupy"] = saved_module
+        _device_profile = previous_profile
         guard.trust_grader_changes()
