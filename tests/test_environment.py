@@ -2,7 +2,6 @@
 import re
 import tomllib
 
-import pytest
 import yaml
 
 from autograder.course.paths import ROOT
@@ -27,15 +26,3 @@ def test_environment_yml_and_pyproject_agree():
     python = next(d for d in environment["dependencies"] if isinstance(d, str) and d.startswith("python="))
     assert python == "python=3.11"
 
-
-@pytest.mark.xdist_group("grouping_probe")
-def test_xdist_groups_are_honoured(request):
-    """Under ``--dist loadgroup`` is this test's group in its node id (so its group runs on one worker)?
-
-    pytest 9.2.0 with pytest-xdist 3.8.0 drops the groups silently (pytest-dev/pytest-xdist#1386): the
-    class-grading fixtures were then built on both workers at once, and tests that share one ran apart.
-    """
-    argv = " ".join(getattr(request.config, "workerinput", {}).get("mainargv", []))
-    if not re.search(r"--dist[= ]loadgroup", argv):
-        pytest.skip("не под pytest-xdist с --dist loadgroup")
-    assert request.node.nodeid.endswith("@grouping_probe"), request.node.nodeid
