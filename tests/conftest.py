@@ -60,6 +60,8 @@ E2E_TESTS = {
     "test_lesson08_cupy_flash_attention.py": {"test_autograde_without_gpu_scores_the_compile_check_only"},
     "test_lesson09_tensor_cores.py": {"test_autograde_without_gpu_scores_the_compile_checks_only"},
 }
+#: Files whose parametrised tests are bank entries (marker ``bank``): in-process, and on the PTX emulator.
+BANK_FILES = {"test_banks.py", "test_emulator_banks.py"}
 #: Fixtures that build a course with nbgrader: a test that uses one is end to end.
 E2E_FIXTURES = {"class_course", "small_course"}
 
@@ -71,13 +73,16 @@ def is_e2e(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark the tiers: ``e2e`` (:func:`is_e2e`), ``bank`` (tests/test_banks.py's entries) and
+    """Mark the tiers: ``e2e`` (:func:`is_e2e`), ``bank`` (the entries of :data:`BANK_FILES`), ``emulator``
+    (tests/test_emulator*.py) and
     ``lesson(n="NN")`` for each lesson a test is about: `make test-lesson L=NN` selects them with
     ``-m "lesson(n='NN')"``, `make test-fast` the banks of the lessons touched (tests/touched_lessons.py)."""
     for item in items:
         if is_e2e(item):
             item.add_marker(pytest.mark.e2e)
-        if item.path.name == "test_banks.py" and getattr(item, "callspec", None) is not None:
+        if item.path.name.startswith("test_emulator"):
+            item.add_marker(pytest.mark.emulator)
+        if item.path.name in BANK_FILES and getattr(item, "callspec", None) is not None:
             item.add_marker(pytest.mark.bank)
         for n in sorted(lessons_of(item)):
             item.add_marker(pytest.mark.lesson(n=n))

@@ -7,9 +7,13 @@ BASE...HEAD``, BASE by default ``main``), or changed in the working tree, or new
 * Lesson NN is touched by lessons/NN_*.py, solutions/NN_*/, notebooks/NN_*/, autograder/lessons/lessonNN/,
   tests/banks/bank_NN_*.py and tests/test_lessonNN_*.py; the GPU lessons by tests/test_gpu_lessons.py and
   tests/test_gpu.py (:data:`SHARED_LESSON_FILES`).
-* Every lesson is touched by what all banks run on: autograder/checks/, autograder/gpu/, the shared modules
-  autograder/lessons/*.py, tests/bank.py, tests/test_banks.py and tests/banks/__init__.py; and when git cannot
-  tell (no repository, no BASE).
+* Every lesson is touched by what all banks run on: autograder/checks/, autograder/gpu/ (but its emulator),
+  the shared modules autograder/lessons/*.py, tests/bank.py, tests/test_banks.py and tests/banks/__init__.py;
+  and when git cannot tell (no repository, no BASE).
+* The PTX emulator's tests (marker ``emulator``: tests/test_emulator*.py, about 700 tests and 2 minutes of 2
+  cores) run when the emulator is touched (:data:`EMULATOR_PATHS`: autograder/gpu/emulator/, the CuPy stand-in,
+  their tests, golden data and bank runner) or when git cannot tell; otherwise only the emulated bank entries
+  of the lessons touched.
 
 The lessons chosen, and why, go to stderr.
 """
@@ -27,7 +31,9 @@ LESSON_PATHS = [re.compile(p) for p in (r"^lessons/(\d\d)_[^/]*\.py$", r"^soluti
 #: Files of several lessons' tests: the lessons they touch.
 SHARED_LESSON_FILES = {"tests/test_gpu_lessons.py": {"06", "07", "08", "09", "11"},  # the GPU banks
                        "tests/test_gpu.py": {"06", "07", "08", "11"}}  # their kernels compile (marked bank)
-CORE_PATHS = re.compile(r"^(autograder/checks/|autograder/gpu/|autograder/lessons/[^/]+\.py$|tests/bank\.py$|"
+EMULATOR_PATHS = re.compile(r"^(autograder/gpu/emulator/|autograder/gpu/emulated_cupy\.py$|tests/test_emulator|"
+                            r"tests/emulated_banks\.py$|tests/golden/)")
+CORE_PATHS = re.compile(r"^(autograder/checks/|autograder/gpu/(?!emulator/|emulated_cupy\.py$)|autograder/lessons/[^/]+\.py$|tests/bank\.py$|"
                         r"tests/test_banks\.py$|tests/banks/__init__\.py$)")
 
 
@@ -46,6 +52,11 @@ def changed_files(base: str) -> list[str] | None:
     return sorted(found)
 
 
+def emulator_touched(files: list[str] | None) -> bool:
+    """Whether the change reaches the PTX emulator (or git cannot tell)."""
+    return files is None or any(EMULATOR_PATHS.match(f) for f in files)
+
+
 def touched(files: list[str] | None) -> tuple[set[str] | None, str]:
     """(the lessons touched, or None for all of them; why)."""
     if files is None:
@@ -58,21 +69,28 @@ def touched(files: list[str] | None) -> tuple[set[str] | None, str]:
     return lessons, "изменены уроки: " + (", ".join(sorted(lessons)) if lessons else "нет")
 
 
-def expression(lessons: set[str] | None) -> str:
-    if lessons is None:
-        return "not e2e"
-    if not lessons:
-        return "not e2e and not bank"
-    return "not e2e and (not bank or " + " or ".join(f"lesson(n='{n}')" for n in sorted(lessons)) + ")"
+def expression(lessons: set[str] | None, emulator: bool = True) -> str:
+    """The ``-m`` expression: no end-to-end test; the banks of ``lessons`` (None: all); the PTX emulator's
+    tests when ``emulator``, else only its bank entries (marked ``bank`` too) of ``lessons``."""
+    parts = ["not e2e"]
+    if lessons is not None:
+        keep = ["not bank", *(f"lesson(n='{n}')" for n in sorted(lessons)), *(["emulator"] if emulator else [])]
+        parts.append(keep[0] if len(keep) == 1 else "(" + " or ".join(keep) + ")")
+    if not emulator:
+        parts.append("(not emulator or bank)")
+    return " and ".join(parts)
 
 
 def main(argv: list[str]) -> int:
     base = argv[0] if argv else "main"
-    lessons, why = touched(changed_files(base))
+    files = changed_files(base)
+    lessons, why = touched(files)
+    emulator = emulator_touched(files)
     which = "банки всех уроков" if lessons is None else "банки уроков " + ", ".join(sorted(lessons)) if lessons \
         else "без банков"
+    which += ", тесты эмулятора PTX" if emulator else ", без тестов эмулятора PTX (он не изменён)"
     print(f"make test-fast: {which} ({why}; сравнение с {base})", file=sys.stderr)
-    print(expression(lessons))
+    print(expression(lessons, emulator))
     return 0
 
 
