@@ -54,10 +54,24 @@ def test_submission_loses_exactly_its_checks(lesson, submission):
     with the right words?"""
     failed = failed_checks(lesson, submission)
     report = "\n\n".join(f"{k}, named {sorted(named)}: {message}" for k, (message, named) in failed.items())
-    assert set(failed) == set(submission.loses), report
-    assert set().union(*(named for _, named in failed.values())) == set(submission.mistakes), report
+    assert set(failed) == set(submission.loses), differs("loses", set(failed), set(submission.loses), report)
+    named = set().union(*(named for _, named in failed.values()))
+    assert named == set(submission.mistakes), differs("names the mistakes", named, set(submission.mistakes), report)
     if submission.says:
-        assert any(submission.says in message for message, _ in failed.values()), report
+        assert any(submission.says in message for message, _ in failed.values()), \
+            f"no failure message says {submission.says!r} (the entry's says=)\n\n{report or 'no check failed'}"
+
+
+def differs(what: str, got: set[str], expected: set[str], report: str) -> str:
+    """Why an entry's verdict is not what its bank entry says, in words (not a bare set comparison)."""
+    lines = [f"the bank entry {what} {sorted(expected) or 'nothing'}, the checks gave {sorted(got) or 'nothing'}"]
+    if expected - got:
+        lines.append(f"  expected but not given: {sorted(expected - got)}"
+                     + ("  (a wrong entry that loses nothing: the checks cannot see this mistake, or the edit"
+                        " did not change the answer; a hidden case counts too)" if not got else ""))
+    if got - expected:
+        lines.append(f"  given but not expected: {sorted(got - expected)}")
+    return "\n".join(lines) + "\n\n" + (report or "no check failed")
 
 
 def test_every_lesson_has_a_bank():

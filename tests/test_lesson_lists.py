@@ -72,3 +72,24 @@ def test_the_lessons_with_a_colab_link_are_the_gpu_lessons(path, before):
     match = re.search(re.escape(before) + f"(?P<lessons>{NUMBERS})", prose(path))
     assert match, f"{path}: нет «{before}...»"
     assert match["lessons"] == phrase(GPU)
+
+
+def test_the_lessons_in_brief_name_every_lesson_in_order():
+    """docs/student.md «Коротко об уроках»: one item per lesson (or per run of lessons, «**07, 08**»), in order."""
+    text = (ROOT / "docs/student.md").read_text(encoding="utf-8")
+    section = text.split("## Коротко об уроках", 1)[1].split("\n## ", 1)[0]
+    heads = re.findall(r"^- \*\*(\d\d(?:, \d\d)*)\*\*", section, flags=re.MULTILINE)
+    assert [n for head in heads for n in head.split(", ")] == numbers(course.lessons()), \
+        "docs/student.md, «Коротко об уроках»: по строке `- **NN** — ...` на урок, по порядку"
+
+
+def test_the_colab_links_are_one_per_gpu_lesson():
+    """docs/student.md «Без GPU и в Colab»: the "Open in Colab" link of each GPU lesson, as the notebooks' badges
+    have it (autograder/course/settings.py: the repository address is written there once)."""
+    from autograder.course.settings import colab_url
+
+    text = (ROOT / "docs/student.md").read_text(encoding="utf-8")
+    linked = re.findall(r"^- \[(\d\d_\w+) в Colab\]\(([^)]*)\)", text, flags=re.MULTILINE)
+    assert [name for name, _ in linked] == GPU, "docs/student.md: по ссылке «- [NN_name в Colab](...)» на GPU-урок"
+    for name, url in linked:
+        assert url == colab_url(name), f"docs/student.md: ссылка на {name} должна быть {colab_url(name)}"
