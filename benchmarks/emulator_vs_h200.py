@@ -13,7 +13,10 @@ and, for every output both sides computed, how far apart they are in units of th
 (|emulator - GPU| / (atol + rtol * |GPU|); 1 is the tolerance).  Entries that never end run only their first
 value check on the emulator (each launch spends the emulator's whole instruction budget) and none on the GPU.
 
-Output: ``benchmarks/results/emulator_vs_h200.json`` (``--out``) with the device, date and command.
+Output: ``benchmarks/results/emulator_vs_h200.json`` (``--out``) with the device, date and command of each run.
+A run updates the rows of the entries it ran and keeps the others (``--fresh`` starts over), so the banks can be
+measured lesson by lesson in separate runs (a device call has a time limit): ``"complete"`` says whether every
+entry of every bank has a row.
 """
 from __future__ import annotations
 
@@ -101,6 +104,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--emulator-only", action="store_true", help="no GPU side (and no JSON)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--fresh", action="store_true", help="drop the rows --out holds (else they are updated)")
     args = parser.parse_args()
 
     import test_gpu_lessons as banks
@@ -113,6 +117,17 @@ def main() -> int:
     lessons = [lesson for lesson in sorted(banks.BANKS) if lesson[:2] in args.lessons.split(",")]
     only = set(filter(None, args.entries.split(",")))
     entries = [(lesson, e) for lesson in lessons for e in banks.BANKS[lesson]() if not only or e.name in only]
+    all_entries = {(lesson, e.name) for lesson in banks.BANKS for e in banks.BANKS[lesson]()}
+    kept, runs = [], []
+    if not args.fresh and args.out.exists():
+        earlier = json.loads(args.out.read_text(encoding="utf-8"))
+        ran = {(lesson, e.name) for lesson, e in entries}
+        kept = [r for r in earlier.get("rows", []) if (r["lesson"], r["entry"]) not in ran
+                and (r["lesson"], r["entry"]) in all_entries]
+        runs = earlier.get("runs", [])
+    run = {"device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "command": "python3 " + " ".join(sys.argv), "workers": args.workers,
+           "entries": sorted(f"{lesson[:2]}/{e.name}" for lesson, e in entries)}
     jobs = {}
     context = multiprocessing.get_context("spawn")
     started = time.time()
@@ -138,7 +153,7 @@ def main() -> int:
             row = compare(lesson, e, emulator, gpu)
             rows.append(row)
             if not args.emulator_only:  # after every entry: a run cut short keeps what it measured
-                write(args.out, rows, device, args.workers, complete=False)
+                write(args.out, kept + rows, runs + [run], all_entries)
             print(f"{lesson[:2]} {e.name:<38} emulator {row['emulator']['seconds']:6.1f}s "
                   f"lost {','.join(c.split('.')[1] for c in row['emulator']['lost']) or '-':<40} "
                   f"{'agrees' if row['emulator_shows_what_the_gpu_shows'] else 'DIFFERS: ' + row['difference']}"
@@ -148,19 +163,22 @@ def main() -> int:
     agree = sum(1 for r in rows if r.get("emulator_shows_what_the_gpu_shows"))
     print(f"\n{agree} of {len(rows)} entries: the emulator shows what the GPU shows; {time.time() - started:.0f} s")
     if not args.emulator_only:
-        write(args.out, rows, device, args.workers, complete=True)
+        write(args.out, kept + rows, runs + [run], all_entries)
         print(f"wrote {args.out}")
     return 0
 
 
-def write(out: Path, rows: list, device: str, workers: int, *, complete: bool) -> None:
+def write(out: Path, rows: list, runs: list, all_entries: set) -> None:
     import cupy
+    import test_gpu_lessons as banks
 
-    report = {"device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": "python3 " + " ".join(sys.argv), "cupy": cupy.__version__, "cpu": platform.processor(),
-              "cpu_count": os.cpu_count(), "workers": workers, "emulator_arch": "compute_80 (the stand-in posing as an H200)", "complete": complete,
-              "entries": len(rows), "agree": sum(1 for r in rows if r.get("emulator_shows_what_the_gpu_shows")),
-              "rows": rows}
+    order = {lesson: [e.name for e in entries()] for lesson, entries in banks.BANKS.items()}
+    rows = sorted(rows, key=lambda r: (r["lesson"], order[r["lesson"]].index(r["entry"])))
+    report = {"device": runs[-1]["device"], "cupy": cupy.__version__, "cpu": platform.processor(),
+              "cpu_count": os.cpu_count(), "emulator_arch": "compute_80 (the stand-in posing as an H200)",
+              "complete": {(r["lesson"], r["entry"]) for r in rows} >= all_entries,
+              "entries": len(rows), "of": len(all_entries),
+              "agree": sum(1 for r in rows if r.get("emulator_shows_what_the_gpu_shows")), "runs": runs, "rows": rows}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 

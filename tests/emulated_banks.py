@@ -106,6 +106,9 @@ def run_entry(lesson: str, entry_name: str, *, emulated: bool, checks=None, hidd
                     call.passed = True
                 except CheckFailed as failure:
                     call.message = str(failure)
+                except Exception as error:  # noqa: BLE001 - e.g. a CUDA error the fault left in the context: the
+                    # check's verdict on a GPU is a failure (the grader runs each check in its own worker)
+                    call.message = f"{type(error).__name__}: {error}"
             call.seconds = round(time.perf_counter() - started, 2)
             call.outputs = list(outputs)
             if emulated:
