@@ -43,3 +43,38 @@ def test_bank_entry_shows_on_the_emulator_what_it_shows_on_a_gpu(lesson, name):
     assert problem is None, f"{lesson} {name}: {problem}\n" + "\n".join(
         f"  {c.check_id}: {'pass' if c.passed else 'FAIL'} {c.message[:200]} {[k for k, _ in c.findings]}"
         for c in calls)
+
+
+def _side_by_side() -> dict:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "emulator_vs_h200.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_the_committed_h200_side_by_side_agrees_entry_by_entry():
+    """benchmarks/results/emulator_vs_h200.json, as measured on the H200: every row is an entry of today's banks;
+    the GPU lost what the bank says (its value checks; the ones it may lose aside); the emulator showed the same;
+    for an entry that loses no value check both sides' outputs are within the lesson's tolerance of each other."""
+    report = _side_by_side()
+    entries = {(lesson, e.name): e for lesson, make in banks.BANKS.items() for e in make()}
+    assert report["of"] == len(entries) and report["rows"], "the report names another bank: run the benchmark again"
+    for row in report["rows"]:
+        key = (row["lesson"], row["entry"])
+        assert key in entries, f"{key}: not an entry of today's banks; run benchmarks/emulator_vs_h200.py --missing"
+        entry = entries[key]
+        assert "error" not in row, f"{key}: {row.get('error')}"
+        assert row["emulator_shows_what_the_gpu_shows"], f"{key}: {row['difference']}"
+        if "gpu" in row:  # entries that never end run on the emulator only
+            gpu_lost = set(row["gpu"]["lost"])
+            # a fault that kills the CUDA context (illegal address) fails every later check of the same process
+            # with the same CUDARuntimeError; the grader runs each check in its own worker, so only the first counts
+            dead = [c for c in eb.VALUE_CHECKS[row["lesson"]]
+                    if row["gpu"]["failures"].get(c, "").startswith("CUDARuntimeError")]
+            gpu_lost -= set(dead[1:])
+            expected = eb.expected_value_losses(row["lesson"], entry)
+            assert expected - set(dead[1:]) <= gpu_lost <= set(entry.loses) | set(entry.may_lose), \
+                (key, sorted(gpu_lost))
+            if not expected and row["max_distance_in_tolerances"] is not None:
+                assert row["max_distance_in_tolerances"] <= 1.0, key
