@@ -105,7 +105,8 @@ def main() -> int:
     parser.add_argument("--emulator-only", action="store_true", help="no GPU side (and no JSON)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--fresh", action="store_true", help="drop the rows --out holds (else they are updated)")
-    parser.add_argument("--missing", action="store_true", help="only the entries --out has no row for (or an error)")
+    parser.add_argument("--missing", action="store_true",
+                        help="only the entries --out has no row for (or an error row)")
     args = parser.parse_args()
 
     import test_gpu_lessons as banks
@@ -119,17 +120,13 @@ def main() -> int:
     only = set(filter(None, args.entries.split(",")))
     entries = [(lesson, e) for lesson in lessons for e in banks.BANKS[lesson]() if not only or e.name in only]
     all_entries = {(lesson, e.name) for lesson in banks.BANKS for e in banks.BANKS[lesson]()}
-    if args.missing and args.out.exists():
-        done = {(r["lesson"], r["entry"]) for r in json.loads(args.out.read_text(encoding="utf-8")).get("rows", [])
-                if "error" not in r}
+    earlier = {} if args.fresh or not args.out.exists() else json.loads(args.out.read_text(encoding="utf-8"))
+    if args.missing:
+        done = {(r["lesson"], r["entry"]) for r in earlier.get("rows", []) if "error" not in r}
         entries = [(lesson, e) for lesson, e in entries if (lesson, e.name) not in done]
-    kept, runs = [], []
-    if not args.fresh and args.out.exists():
-        earlier = json.loads(args.out.read_text(encoding="utf-8"))
-        ran = {(lesson, e.name) for lesson, e in entries}
-        kept = [r for r in earlier.get("rows", []) if (r["lesson"], r["entry"]) not in ran
-                and (r["lesson"], r["entry"]) in all_entries]
-        runs = earlier.get("runs", [])
+    ran = {(lesson, e.name) for lesson, e in entries}
+    kept = [r for r in earlier.get("rows", []) if (r["lesson"], r["entry"]) in all_entries - ran]
+    runs = earlier.get("runs", [])
     run = {"device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "command": "python3 " + " ".join(sys.argv), "workers": args.workers,
            "entries": sorted(f"{lesson[:2]}/{e.name}" for lesson, e in entries)}

@@ -33,7 +33,8 @@ SHARED_LESSON_FILES = {"tests/test_gpu_lessons.py": {"06", "07", "08", "09", "11
                        "tests/test_gpu.py": {"06", "07", "08", "11"}}  # their kernels compile (marked bank)
 EMULATOR_PATHS = re.compile(r"^(autograder/gpu/emulator/|autograder/gpu/emulated_cupy\.py$|tests/test_emulator|"
                             r"tests/emulated_banks\.py$|tests/golden/)")
-CORE_PATHS = re.compile(r"^(autograder/checks/|autograder/gpu/(?!emulator/|emulated_cupy\.py$)|autograder/lessons/[^/]+\.py$|tests/bank\.py$|"
+CORE_PATHS = re.compile(r"^(autograder/checks/|autograder/gpu/(?!emulator/|emulated_cupy\.py$)|"
+                        r"autograder/lessons/[^/]+\.py$|tests/bank\.py$|"
                         r"tests/test_banks\.py$|tests/banks/__init__\.py$)")
 
 
