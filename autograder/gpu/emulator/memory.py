@@ -16,6 +16,8 @@ import re
 
 import numpy as np
 
+from .rounding import nnz
+
 GLOBAL_BASE = 0x7F00_0000_0000
 GAP = 64 * 1024
 ALLOC_ALIGN = 256
@@ -201,13 +203,13 @@ class SharedMemory:
             b, ep, key = self._granules(slot, off, size, ep, key)
         problems = []
         W = self.writer[b]
-        if np.count_nonzero(W) < len(W):
+        if nnz(W) < len(W):
             never = W == 0
             i = int(np.flatnonzero(never)[0])
             problems.append(("uninitialized_shared", i // n, None, None,
                              self._byte(b[i], slot[i // n]), int(never.sum())))
         same = W >= ep
-        if np.count_nonzero(same):
+        if nnz(same):
             s = np.flatnonzero(same)
             Ws, ks = W[s], key[s]
             wt, t1 = Ws & TID_MASK, ks & TID_MASK

@@ -136,11 +136,11 @@ def fma32(x, y, z, mode="rn"):
     u = s.view(np.uint64)
     boundary = (u & _LOW29) == _TIE.get(mode, 0)
     tiny = ((u & _ABS64) - np.uint64(1)) < _TINY64  # 0 < |s| < 1.2e-38 (NaN and 0 excluded)
-    if np.count_nonzero(boundary) or np.count_nonzero(tiny):
+    if rnd.nnz(boundary) or rnd.nnz(tiny):
         with np.errstate(invalid="ignore", over="ignore"):
             bb = s - p  # TwoSum's residual of p + z (over every lane: as cheap as picking the suspects out)
             e = (p - (s - bb)) + (z - bb)
-        if np.count_nonzero(e[boundary | tiny]):  # an inexact sum on a boundary (or an infinite sum's NaN residual)
+        if rnd.nnz(e[boundary | tiny]):  # an inexact sum on a boundary (or an infinite sum's NaN residual)
             return fma32_exact(x, y, z, mode)
     r = rnd.to_f32(s, mode)
     return rnd.rm_zero(r, p, z) if mode == "rm" else r  # an exact zero sum is -0.0 under rm
