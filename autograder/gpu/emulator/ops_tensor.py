@@ -107,30 +107,37 @@ def _encode(values: np.ndarray, etype: str) -> np.ndarray:
 
 
 def gather(words: list, layout: np.ndarray, rows: int, cols: int, etype: str) -> np.ndarray:
-    """The registers' words of each warp, ``words[r]`` (warps, 32), into matrices (warps, rows, cols)."""
+    """The registers' words of each warp, ``words[r]`` (warps, 32), into matrices (warps, rows, cols).
+
+    Every element of every register is decoded at once and put in place by one assignment (a fragment's
+    positions are all distinct: the same matrices as element by element)."""
     bits = _BITS[etype]
-    out = None
-    for r, w in enumerate(words):
-        w = w.astype(np.uint64)
-        for e in range(layout.shape[1]):
-            v = _decode((w >> np.uint64(bits * e)) & np.uint64((1 << bits) - 1), etype)
-            if out is None:
-                out = np.zeros((w.shape[0], rows, cols), dtype=v.dtype)
-            out[:, layout[r, e, :, 0], layout[r, e, :, 1]] = v
+    regs, per = layout.shape[:2]
+    w = np.stack(words, axis=1).astype(np.uint64)  # (warps, regs, 32)
+    if per == 1:
+        el = w & np.uint64((1 << bits) - 1) if bits < 32 else w
+        el = el[:, :, None, :]
+    else:
+        el = (w[:, :, None, :] >> _shifts(bits, per)) & np.uint64((1 << bits) - 1)
+    v = _decode(el, etype)  # (warps, regs, per, 32)
+    out = np.zeros((w.shape[0], rows, cols), dtype=v.dtype)
+    out[:, layout[..., 0].reshape(-1), layout[..., 1].reshape(-1)] = v.reshape(w.shape[0], -1)
     return out
+
+
+def _shifts(bits: int, per: int) -> np.ndarray:
+    return (np.arange(per, dtype=np.uint64) * np.uint64(bits))[None, None, :, None]
 
 
 def scatter(matrix: np.ndarray, layout: np.ndarray, etype: str) -> list:
     """The inverse of :func:`gather`: per register, its words (warps, 32)."""
     bits = _BITS[etype]
-    words = []
-    for r in range(layout.shape[0]):
-        w = np.zeros(matrix.shape[:1] + (32,), dtype=np.uint64)
-        for e in range(layout.shape[1]):
-            v = _encode(matrix[:, layout[r, e, :, 0], layout[r, e, :, 1]], etype).astype(np.uint64)
-            w |= (v & np.uint64((1 << bits) - 1)) << np.uint64(bits * e)
-        words.append(w.astype(np.uint32))
-    return words
+    regs, per = layout.shape[:2]
+    v = _encode(matrix[:, layout[..., 0], layout[..., 1]], etype).astype(np.uint64)  # (warps, regs, per, 32)
+    v = (v & np.uint64((1 << bits) - 1)) << _shifts(bits, per)
+    w = v[:, :, 0] if per == 1 else np.bitwise_or.reduce(v, axis=2)
+    w = w.astype(np.uint32)
+    return [w[:, r] for r in range(regs)]
 
 
 # --- accumulation ----------------------------------------------------------------------------------
@@ -150,7 +157,29 @@ def _products(A, B):
 
 
 def accumulate_f32(A, B, C):
-    """D = A B + C as the H200's tensor cores compute it in f32 (module docstring; inputs float64, exact)."""
+    """D = A B + C as the H200's tensor cores compute it in f32 (module docstring; inputs float64, exact).
+
+    The products are laid out k first, so that the maximum and the sum over k are elementwise NumPy calls; the
+    terms are multiples of the quantum whose sum is exact, so the order of the sum does not change a bit.  Where
+    a product or C is not finite the sum is IEEE's, as :func:`_accumulate_f32_in_order` computes it."""
+    if not (np.isfinite(A).all() and np.isfinite(B).all() and np.isfinite(C).all()):
+        return _accumulate_f32_in_order(A, B, C)
+    # Finite f16/bf16/tf32 operands: every product is finite, and zero only where an operand is (whose exponent,
+    # -inf, makes the sum of exponents -inf, as the where(products != 0, ...) of the ordered sum does).
+    Ak = np.moveaxis(A, 2, 0)[:, :, :, None]  # (K, warps, M, 1)
+    Bk = np.moveaxis(B, 1, 0)[:, :, None, :]  # (K, warps, 1, N)
+    products = Ak * Bk  # (K, warps, M, N)
+    exponents = _exponents(Ak) + _exponents(Bk)
+    emax = np.maximum(exponents.max(axis=0), _exponents(C))
+    quantum = np.ldexp(1.0, np.where(np.isfinite(emax), emax, 0.0).astype(np.int64) - ALIGN_BITS)
+    terms = np.trunc(products / quantum) * quantum
+    total = terms.sum(axis=0) + np.trunc(C / quantum) * quantum  # multiples of the quantum: exact
+    return rnd.round_to_format(total, rnd.F32, "rz")
+
+
+def _accumulate_f32_in_order(A, B, C):
+    """:func:`accumulate_f32` with the products laid out k last and summed along k (infinities and NaN: as IEEE
+    sums them, in NumPy's order)."""
     products, exponents = _products(A, B)
     emax = np.maximum(np.max(exponents, axis=-1), _exponents(C))
     quantum = np.ldexp(1.0, np.where(np.isfinite(emax), emax, 0.0).astype(np.int64) - ALIGN_BITS)
