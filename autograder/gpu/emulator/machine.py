@@ -25,6 +25,13 @@ so a launch costs about its issues times the NumPy calls per instruction.  Hence
 * A group runs its instructions back to back while its program counter stays below every other group's; only
   where that ends (a divergent branch, a barrier, an exit, reaching another group) does it go back to the set
   of groups.  The schedule and the issue count are those of the rule above.
+* Within that, a straight run of plain instructions (no branch, barrier, exit or collective; at most
+  :data:`_STRAIGHT`, kept per starting pc: :meth:`Machine._straight`) is one Python loop over its closures, cut
+  where it would reach another group's pc or the ``max_issues`` budget: the issue count goes up by the run's
+  length, and where a closure raises (a fatal finding, ``Unsupported``) the count and the current instruction are
+  those of the instruction-by-instruction loop.
+* Loads and stores of every lane (no thread exited, no padding) pass the address register and write the
+  destination whole, without the index array.
 * A closure gets ``None`` for its mask when the group is every live lane (no masking), and the lanes' index
   array (:meth:`Machine.lanes_of`) is then the same read-only array until a thread exits, with the shadow
   keys of those lanes kept beside it.
@@ -51,6 +58,7 @@ from .memory import (GLOBAL_BASE, LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE, Glob
                      SharedMemory, demangle)
 from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op, _writes
 from .ptx import TYPE_BITS, Kernel
+from .rounding import nnz
 
 #: Lanes per chunk (threads emulated at once); whole blocks, at least one.
 LANES = 1 << 15
@@ -73,6 +81,8 @@ _REGISTER_ONLY = frozenset(
 #: Instructions a run of batched shared loads looks ahead, and lanes x loads one batch holds at most.
 _RUN = 256
 _BATCH_ELEMENTS = 1 << 20
+#: Plain instructions one straight run (Machine._straight) holds at most.
+_STRAIGHT = 64
 
 
 @dataclasses.dataclass
@@ -164,6 +174,7 @@ class Machine:
         # Ops are built when a thread first reaches them (_issue_all); the last one is falling off the end.
         self.compiler = Compiler(self, kernel)
         self.ops: list = [None] * len(kernel.instructions) + [Op(EXIT, None, ins=None)]
+        self._runs: list = [None] * len(self.ops)  # _straight(pc), made when a group first runs from pc
 
     # --- set-up ---------------------------------------------------------------------------------
 
@@ -420,7 +431,7 @@ class Machine:
                 if r is not None:
                     return r
             # off < 0 or off + total > size, in one comparison (a negative offset is a huge unsigned one)
-            if total > self.shared_size or np.count_nonzero(off.view(np.uint64)
+            if total > self.shared_size or nnz(off.view(np.uint64)
                                                             > np.uint64(self.shared_size - total)):
                 bad = (off < 0) | (off + total > self.shared_size)
                 i = int(np.flatnonzero(bad)[0])
@@ -590,13 +601,13 @@ class Machine:
             rows, deltas = rows[:k], deltas[:k]
         sh, total = self.shared, self.shared.g
         offs = off + deltas
-        if total > self.shared_size or np.count_nonzero(offs.view(np.uint64) > np.uint64(self.shared_size - total)):
+        if total > self.shared_size or nnz(offs.view(np.uint64) > np.uint64(self.shared_size - total)):
             return
-        if total > 1 and np.count_nonzero(offs & (total - 1)):
+        if total > 1 and nnz(offs & (total - 1)):
             return
         b = slot_g + (offs >> sh.gshift)
         w = sh.writer[b]
-        if np.count_nonzero(w) < w.size or np.count_nonzero(w >= ep):
+        if nnz(w) < w.size or nnz(w >= ep):
             return
         self._batch = _Batch(self._alive_idx, self.lane_key, sh, sh.version, {r: k for k, r in enumerate(rows)},
                              offs, b, sh.data.view(UNSIGNED[total * 8])[b])
@@ -607,7 +618,7 @@ class Machine:
         k = batch.rows[ins.index]
         sh = self.shared
         if batch.keys is not self.lane_key or batch.shared is not sh or batch.version != sh.version \
-                or np.count_nonzero(off != batch.offs[k]):
+                or nnz(off != batch.offs[k]):
             self._batch = None
             return None
         slot, _, ep, key = self._lane_info(batch.idx)
@@ -675,7 +686,7 @@ class Machine:
         align = total if total & (total - 1) == 0 else 1
         if align > 1:
             low = addr & addr.dtype.type(align - 1)
-            if np.count_nonzero(low):
+            if nnz(low):
                 bad = low != 0
                 i = int(np.flatnonzero(bad)[0])
                 self.fault("misaligned", f"невыровненный доступ: {total} Б по адресу, не кратному {align} "
@@ -778,6 +789,7 @@ class Machine:
         limit = self.max_issues
         build = self.compiler.build
         end = len(ops)
+        runs = self._runs
 
         def add(pc, mask, count):
             g = groups.get(pc)
@@ -811,19 +823,47 @@ class Machine:
                 op = ops[pc]
                 if op is None:
                     op = ops[pc] = build(pc)
+                kind = op.kind
+                if kind == PLAIN:
+                    # The straight run of plain instructions from pc (program.Compiler never puts a branch, barrier,
+                    # exit or collective in one), run back to back: the same issues, one per instruction.
+                    fns = runs[pc]
+                    if fns is None:
+                        fns = runs[pc] = self._straight(pc)
+                    k = len(fns)
+                    if k > stop - pc:
+                        k = stop - pc
+                    if k > limit - self.issued:
+                        k = limit - self.issued
+                    if k > 1:
+                        i = 0
+                        try:
+                            for fn in (fns if k == len(fns) else fns[:k]):
+                                fn(arg)
+                                i += 1
+                        except BaseException:
+                            self.issued += i + 1
+                            self._op = ops[pc + i]
+                            raise
+                        self.issued += k
+                        pc += k
+                        self._op = ops[pc - 1]
+                        if pc >= stop:
+                            add(pc, mask, count)
+                            break
+                        continue
                 self._op = op
                 self.issued += 1
                 if self.issued > limit:
                     self.fault("timeout", f"ядро не завершилось за {limit} шагов эмулятора: бесконечный цикл?",
                                int(np.flatnonzero(mask)[0]), op.ins)
-                kind = op.kind
                 if kind == PLAIN:
                     op.fn(arg)
                     pc += 1
                 elif kind == BRANCH:
                     if op.fn is not None:
                         taken = mask & op.fn()
-                        nt = int(np.count_nonzero(taken))
+                        nt = int(nnz(taken))
                         if nt == 0:
                             pc += 1
                             if pc < stop:
@@ -849,16 +889,39 @@ class Machine:
                     waiting = coll_wait.pop(pc, None)
                     part = mask if waiting is None else (mask | waiting)
                     ready = op.ready(part)
-                    nr = int(np.count_nonzero(ready))
+                    nr = int(nnz(ready))
                     if nr:
                         op.fn(ready)
                         add(pc + 1, ready, nr)
-                    if nr < int(np.count_nonzero(part)):
+                    if nr < int(nnz(part)):
                         coll_wait[pc] = part & ~ready
                     break
                 if pc >= stop:
                     add(pc, mask, count)
                     break
+
+    def _straight(self, pc):
+        """The closures of the plain instructions from ``pc`` on (at most :data:`_STRAIGHT`), up to the first that is
+        not plain; each op built as :meth:`_issue_all` would build it on reaching it.  A cp.async (its builder marks
+        the machine as using asynchronous copies) or an instruction whose builder fails ends the run unbuilt."""
+        ops, build, instructions = self.ops, self.compiler.build, self.kernel.instructions
+        fns = []
+        j = pc
+        while len(fns) < _STRAIGHT:
+            op = ops[j]
+            if op is None:
+                if instructions[j].mnemonic == "cp":
+                    break
+                try:
+                    op = build(j)
+                except Exception:
+                    break
+                ops[j] = op
+            if op.kind != PLAIN:
+                break
+            fns.append(op.fn)
+            j += 1
+        return tuple(fns)
 
     def _partial_collective(self, op, mask):
         present = self.warp_bits(mask)

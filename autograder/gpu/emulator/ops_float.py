@@ -186,15 +186,15 @@ def fma32_rn_canon(x, y, z):
         return rnd.canon32(fma32(x, y, z))
     boundary = (s.view(_U64) & _LOW29) == _TIE_RN
     small = np.abs(s) < _TINY  # NaN compares false; tiny are the non-zero ones
-    nb, ns = np.count_nonzero(boundary), np.count_nonzero(small)
-    if nb or (ns and ns != np.count_nonzero(s == 0)):
+    nb, ns = rnd.nnz(boundary), rnd.nnz(small)
+    if nb or (ns and ns != rnd.nnz(s == 0)):
         bb = s - p  # as fma32: TwoSum's residual, and where a suspect sum is inexact, fma32_exact
         e = (p - (s - bb)) + (zz - bb)
-        if np.count_nonzero(e[boundary | (small & (s != 0))]):
+        if rnd.nnz(e[boundary | (small & (s != 0))]):
             return rnd.canon32(fma32_exact(x, y, z))
     r = s.astype(_F32)
     nan = r != r
-    if np.count_nonzero(nan):
+    if rnd.nnz(nan):
         return np.where(nan, rnd.F32_CANON_NAN, r)
     return r
 

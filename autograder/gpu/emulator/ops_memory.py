@@ -102,6 +102,10 @@ def _lanes(machine, m):
     return machine.lanes_of(m)
 
 
+#: The index of every lane (a setter's ``R[idx] = v`` writes the whole register).
+_EVERY = slice(None)
+
+
 def _select(addr, idx):
     a = np.asarray(addr)
     return a if a.ndim == 0 else a[idx]
@@ -129,11 +133,19 @@ def build_ld(ins, c):
     addr = _address(c, ins.operands[1])
     sets = [_setter_at(c, item, t) for item in items]
 
+    lanes_of, access, L = machine.lanes_of, machine.access, machine.L
+
     def run(m):
-        idx = _lanes(machine, m)
-        if len(idx) == 0:
+        idx = lanes_of(m)
+        n = len(idx)
+        if n == 0:
             return
-        vals = machine.access(space, idx, _select(addr(), idx), size, vec, ins)
+        a = addr()
+        if n < L and a.ndim:  # (every lane: idx is all of them, in order; access only reads the addresses)
+            a = a[idx]
+        vals = access(space, idx, a, size, vec, ins)
+        if n == L:
+            idx = _EVERY
         for k, s in enumerate(sets):
             s(vals[k], idx)
     return Op(PLAIN, run)

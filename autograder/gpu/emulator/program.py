@@ -9,6 +9,12 @@ instruction's op when a thread first reaches it (:meth:`Compiler.build`); :meth:
 Registers are NumPy arrays of raw bits, one element per lane, as wide as their declaration (``.pred`` is bool);
 an instruction reads them through views of its own type.  A closure takes the mask of the lanes that execute
 (None: every live lane; it may then write every lane) and writes only those.
+
+Cost: a closure's time is its NumPy calls (about a microsecond each on the lessons' few thousand lanes), so the
+hot forms have closures with fewer and cheaper calls that give the same bits as the general path, and fall back
+to it where they cannot tell: ``fma.rn.f32`` (:func:`ops_float.fma32_rn_canon`), the f32 tensor-core sum
+(:func:`ops_tensor.accumulate_f32`: k-major products, every element decoded at once in ``gather``/``scatter``);
+``rounding.nnz`` is ``np.count_nonzero`` without its Python wrapper.
 """
 from __future__ import annotations
 
