@@ -172,9 +172,27 @@ def accumulate_f32(A, B, C):
     exponents = _exponents(Ak) + _exponents(Bk)
     emax = np.maximum(exponents.max(axis=0), _exponents(C))
     quantum = np.ldexp(1.0, np.where(np.isfinite(emax), emax, 0.0).astype(np.int64) - ALIGN_BITS)
-    terms = np.trunc(products / quantum) * quantum
+    terms = np.divide(products, quantum, out=products)  # in place: trunc(products / quantum) * quantum
+    np.trunc(terms, out=terms)
+    np.multiply(terms, quantum, out=terms)
     total = terms.sum(axis=0) + np.trunc(C / quantum) * quantum  # multiples of the quantum: exact
-    return rnd.round_to_format(total, rnd.F32, "rz")
+    return _rz_f32(total)
+
+
+_ABS64 = np.uint64(0x7FFFFFFFFFFFFFFF)
+_NORMAL32 = np.uint64(np.array(2.0 ** -126).view(np.uint64))  # |x| bits from here ...
+_NORMAL32_SPAN = np.uint64(np.array(2.0 ** 128).view(np.uint64)) - _NORMAL32  # ... to below 2**128
+_KEEP24 = np.uint64(0xFFFFFFFFE0000000)  # sign, exponent and the 23 mantissa bits float32 keeps
+
+
+def _rz_f32(x):
+    """rounding.round_to_format(x, F32, "rz") of float64 ``x``: where every element is zero or in float32's normal
+    range (below 2**128) that is cutting the float64 mantissa to float32's 24 bits; otherwise round_to_format."""
+    u = x.view(np.uint64)
+    w = u & _ABS64
+    if rnd.nnz((w - _NORMAL32) < _NORMAL32_SPAN) + rnd.nnz(w == 0) != x.size:
+        return rnd.round_to_format(x, rnd.F32, "rz")
+    return (u & _KEEP24).view(np.float64)
 
 
 def _accumulate_f32_in_order(A, B, C):
