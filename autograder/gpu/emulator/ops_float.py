@@ -185,10 +185,17 @@ def fma32_rn_canon(x, y, z):
     if s.ndim == 0:
         return rnd.canon32(fma32(x, y, z))
     boundary = (s.view(_U64) & _LOW29) == _TIE_RN
+    if rnd.nnz(np.abs(s) >= _TINY) == s.size:  # the usual case: no sum tiny, zero or NaN
+        if rnd.nnz(boundary):
+            bb = s - p  # as fma32: TwoSum's residual, and where a suspect sum is inexact, fma32_exact
+            e = (p - (s - bb)) + (zz - bb)
+            if rnd.nnz(e[boundary]):
+                return rnd.canon32(fma32_exact(x, y, z))
+        return s.astype(_F32)
     small = np.abs(s) < _TINY  # NaN compares false; tiny are the non-zero ones
     nb, ns = rnd.nnz(boundary), rnd.nnz(small)
     if nb or (ns and ns != rnd.nnz(s == 0)):
-        bb = s - p  # as fma32: TwoSum's residual, and where a suspect sum is inexact, fma32_exact
+        bb = s - p
         e = (p - (s - bb)) + (zz - bb)
         if rnd.nnz(e[boundary | (small & (s != 0))]):
             return rnd.canon32(fma32_exact(x, y, z))
