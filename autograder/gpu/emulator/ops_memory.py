@@ -134,6 +134,7 @@ def build_ld(ins, c):
     sets = [_setter_at(c, item, t) for item in items]
 
     lanes_of, access, L = machine.lanes_of, machine.access, machine.L
+    index, batchable = ins.index, space == "shared"
 
     def run(m):
         idx = lanes_of(m)
@@ -143,7 +144,14 @@ def build_ld(ins, c):
         a = addr()
         if n < L and a.ndim:  # (every lane: idx is all of them, in order; access only reads the addresses)
             a = a[idx]
-        vals = access(space, idx, a, size, vec, ins)
+        batch = machine._batch
+        if batchable and batch is not None and idx is batch.idx and index in batch.rows and a.ndim:
+            # access's own first step for a batched shared load (Machine._batch_reads), without its preamble
+            vals = machine._batched_read(batch, ins, np.asarray(a, dtype=np.int64))
+            if vals is None:
+                vals = access(space, idx, a, size, vec, ins)
+        else:
+            vals = access(space, idx, a, size, vec, ins)
         if n == L:
             idx = _EVERY
         for k, s in enumerate(sets):
