@@ -166,8 +166,8 @@ def accumulate_f32(A, B, C):
         return _accumulate_f32_in_order(A, B, C)
     # Finite f16/bf16/tf32 operands: every product is finite, and zero only where an operand is (whose exponent,
     # -inf, makes the sum of exponents -inf, as the where(products != 0, ...) of the ordered sum does).
-    Ak = np.moveaxis(A, 2, 0)[:, :, :, None]  # (K, warps, M, 1)
-    Bk = np.moveaxis(B, 1, 0)[:, :, None, :]  # (K, warps, 1, N)
+    Ak = A.transpose(2, 0, 1)[:, :, :, None]  # (K, warps, M, 1)
+    Bk = B.transpose(1, 0, 2)[:, :, None, :]  # (K, warps, 1, N)
     products = Ak * Bk  # (K, warps, M, N)
     exponents = _exponents(Ak) + _exponents(Bk)
     emax = np.maximum(exponents.max(axis=0), _exponents(C))
