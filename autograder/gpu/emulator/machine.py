@@ -583,7 +583,7 @@ class Machine:
                 if reg in _writes(nxt):
                     break
             if rows:
-                plan = (rows, np.array(deltas, dtype=np.int64)[:, None])
+                plan = (rows, np.array(deltas, dtype=np.int64)[:, None], {r: k for k, r in enumerate(rows)})
         self._plans[ins.index] = plan
         return plan
 
@@ -595,22 +595,28 @@ class Machine:
         plan = self._read_run(ins)
         if plan is None:
             return
-        rows, deltas = plan
+        rows, deltas, row_of = plan
         if len(rows) * len(off) > _BATCH_ELEMENTS:
             k = max(_BATCH_ELEMENTS // len(off), 1)
             rows, deltas = rows[:k], deltas[:k]
+            row_of = {r: k for k, r in enumerate(rows)}
         sh, total = self.shared, self.shared.g
+        if total > self.shared_size or not len(off):
+            return
+        # Every address off + delta in bounds and aligned, checked on the lanes' and the deltas' extremes and
+        # residues rather than on every (load, lane) pair: the same verdict.
+        d = deltas[:, 0]
+        if int(off.min()) + int(d.min()) < 0 or int(off.max()) + int(d.max()) > self.shared_size - total:
+            return
+        if total > 1 and (nnz((d - d[0]) & (total - 1)) or nnz((off + d[0]) & (total - 1))):
+            return
         offs = off + deltas
-        if total > self.shared_size or nnz(offs.view(np.uint64) > np.uint64(self.shared_size - total)):
-            return
-        if total > 1 and nnz(offs & (total - 1)):
-            return
         b = slot_g + (offs >> sh.gshift)
         w = sh.writer[b]
         if nnz(w) < w.size or nnz(w >= ep):
             return
-        self._batch = _Batch(self._alive_idx, self.lane_key, sh, sh.version, {r: k for k, r in enumerate(rows)},
-                             offs, b, sh.data.view(UNSIGNED[total * 8])[b])
+        self._batch = _Batch(self._alive_idx, self.lane_key, sh, sh.version, row_of, offs, b,
+                             sh.data.view(UNSIGNED[total * 8])[b])
 
     def _batched_read(self, batch, ins, off):
         """The read of ``ins`` from the batch, where the shared state and the keys are those it was read at and
