@@ -56,7 +56,7 @@ from .errors import Unsupported
 from .findings import FATAL, Finding
 from .memory import (GLOBAL_BASE, LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE, GlobalArena, LocalMemory,
                      SharedMemory, demangle)
-from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op, _writes
+from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op, _writes, derived
 from .ptx import TYPE_BITS, Kernel
 from .rounding import nnz
 
@@ -164,11 +164,11 @@ class Machine:
         self._lanes()
         self.registers: dict = {}
         self._alive_idx = self._info = self._batch = None
-        self._plans: dict = {}
+        self._plans: dict = derived(kernel, "read_runs", lambda k: {})  # _read_run's plans: the kernel's alone
         self._starts = set(kernel.labels.values())
         self._atomic = False
-        self.granule = _granule(kernel)
-        self.global_granule = _granule(kernel, ("global",))
+        self.granule = derived(kernel, "granule", _granule)
+        self.global_granule = derived(kernel, "global_granule", lambda k: _granule(k, ("global",)))
         self.global_writer = None
         self.uses_async = False
         # Ops are built when a thread first reaches them (_issue_all); the last one is falling off the end.

@@ -259,7 +259,8 @@ class Compiler:
         ins = self.kernel.instructions[index]
         fused = self._fused
         if fused is None:
-            fused = self._fused = contractions(self.kernel) if getattr(self.m, "contract", True) else {}
+            fused = self._fused = derived(self.kernel, "contractions", contractions) \
+                if getattr(self.m, "contract", True) else {}
         try:
             if ins.index in fused:  # the builder is ops_float.build_contracted
                 op = BUILDERS[(CONTRACTED, None)](ins, self, *fused[ins.index])
@@ -277,6 +278,15 @@ class Compiler:
         except Unsupported as e:
             op = Op(PLAIN, _unsupported(self.m, ins, str(e)), ins=ins)
         return op
+
+
+def derived(kernel, key, make):
+    """``make(kernel)``, kept on the kernel for the next launch (a parsed kernel never changes; launch keeps the
+    last modules' kernels: the per-launch analyses of an 8000-instruction kernel cost tens of milliseconds)."""
+    cache = kernel.__dict__.setdefault("_derived", {})
+    if key not in cache:
+        cache[key] = make(kernel)
+    return cache[key]
 
 
 def _guarded(fn, pred, machine):
