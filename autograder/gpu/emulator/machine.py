@@ -43,6 +43,8 @@ so a launch costs about its issues times the NumPy calls per instruction.  Hence
   of them takes its row only if the shared memory has not changed since (``SharedMemory.version``) and its lanes'
   addresses are the assumed ones, else it runs as usual.  Where any of them would find something (out of
   bounds, misaligned, uninitialised, written in this epoch) there is no batch: each reports for itself.
+* What depends on the kernel alone (mul+add contractions, access granules, the batched-read plans) is computed
+  once per parsed kernel (``program.derived``), not per launch.
 * ``launch`` pauses Python's garbage collector while it runs.
 """
 from __future__ import annotations

@@ -14,7 +14,8 @@ Cost: a closure's time is its NumPy calls (about a microsecond each on the lesso
 hot forms have closures with fewer and cheaper calls that give the same bits as the general path, and fall back
 to it where they cannot tell: ``fma.rn.f32`` (:func:`ops_float.fma32_rn_canon`), the f32 tensor-core sum
 (:func:`ops_tensor.accumulate_f32`: k-major products, every element decoded at once in ``gather``/``scatter``);
-``rounding.nnz`` is ``np.count_nonzero`` without its Python wrapper.
+``rounding.nnz`` is ``np.count_nonzero`` without its Python wrapper.  Analyses of the whole kernel are kept on it
+(:func:`derived`).
 """
 from __future__ import annotations
 
