@@ -32,7 +32,6 @@ from autograder.course import grading, nbgrader_cli
 from bank import banks
 
 LESSON = "02_fused_rmsnorm"
-pytestmark = pytest.mark.xdist_group("class_faults")
 REFERENCE = grading.reference_answers(LESSON)
 COURSE_BIN = Path(sys.executable).parent / "course"
 
