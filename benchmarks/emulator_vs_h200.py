@@ -39,12 +39,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "emulator_vs_h200.json"
 
 
-def _job(lesson: str, name: str, emulated: bool, checks: list[str] | None):
-    """One entry on one side (of ``checks`` only, if given), in its own process: its calls as plain data."""
+def _job(lesson: str, name: str, emulated: bool, checks: list[str] | None, only: int | None = None):
+    """One entry on one side (of ``checks`` only, if given; their call ``only`` only, if given), in its own
+    process: its calls as plain data."""
     import emulated_banks as eb
 
     started = time.perf_counter()
-    calls = eb.run_entry(lesson, name, emulated=emulated, checks=checks)
+    calls = eb.run_entry(lesson, name, emulated=emulated, checks=checks, only=only)
     return {"seconds": round(time.perf_counter() - started, 1), "checks": checks, "calls": [
         {"check": c.check_id, "hidden": c.hidden, "passed": c.passed, "message": c.message[:400],
          "seconds": c.seconds, "findings": c.findings[:5], "finding_count": len(c.findings),
@@ -52,7 +53,7 @@ def _job(lesson: str, name: str, emulated: bool, checks: list[str] | None):
 
 
 def _joined(parts: list[dict], checks: list[str] | None) -> dict:
-    """An entry's emulator side from its per-check jobs: their calls in the lesson's order of checks."""
+    """An entry's emulator side from its per-call jobs: their calls in the bank's order."""
     return {"seconds": round(sum(part["seconds"] for part in parts), 1), "checks": checks,
             "calls": [call for part in parts for call in part["calls"]]}
 
@@ -134,9 +135,10 @@ def main() -> int:
     run = {"device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "command": "python3 " + " ".join(sys.argv), "workers": args.workers,
            "entries": sorted(f"{lesson[:2]}/{e.name}" for lesson, e in entries)}
-    # The emulator side runs check by check (a right lesson-08 entry's checks take minutes each on the emulator),
-    # the GPU side entry by entry (a fault spoils the process's CUDA context).  Jobs are queued entry after
-    # entry, in the order of --lessons: entries finish in that order, and a run cut short keeps whole rows.
+    # The emulator side runs grade(...) call by call (a right lesson-08 entry's hidden cases take minutes each on
+    # the emulator), the GPU side entry by entry (a fault spoils the process's CUDA context).  Jobs are queued
+    # entry after entry, in the order of --lessons: entries finish in that order, and a run cut short keeps
+    # whole rows.
     import emulated_banks as eb
 
     jobs = {}
@@ -146,9 +148,9 @@ def main() -> int:
     entries.sort(key=lambda le: order.index(le[0][:2]))
     with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context, max_tasks_per_child=1) as pool:
         for lesson, e in entries:
-            checks = eb.VALUE_CHECKS[lesson][:1] if e.hangs else eb.VALUE_CHECKS[lesson]
-            for check in checks:
-                jobs[(lesson, e.name, check)] = pool.submit(_job, lesson, e.name, True, [check])
+            checks = list(eb.VALUE_CHECKS[lesson][:1] if e.hangs else eb.VALUE_CHECKS[lesson])
+            for index in range(len(eb.value_calls(lesson, checks))):
+                jobs[(lesson, e.name, index)] = pool.submit(_job, lesson, e.name, True, checks, index)
             if not args.emulator_only and not e.hangs:
                 jobs[(lesson, e.name, "gpu")] = pool.submit(_job, lesson, e.name, False, None)
         waiting = {(lesson, e.name): (lesson, e) for lesson, e in entries}
@@ -160,8 +162,9 @@ def main() -> int:
             lesson, e = waiting.pop(key)
             checks = list(eb.VALUE_CHECKS[lesson][:1] if e.hangs else eb.VALUE_CHECKS[lesson])
             try:
-                emulator = _joined([jobs[(lesson, e.name, check)].result() for check in checks],
-                                   checks[:1] if e.hangs else None)
+                emulator = _joined([jobs[(lesson, e.name, index)].result()
+                                    for index in range(len(eb.value_calls(lesson, checks)))],
+                                   checks if e.hangs else None)
                 gpu = jobs[(lesson, e.name, "gpu")].result() if (lesson, e.name, "gpu") in jobs else None
             except Exception as error:  # noqa: BLE001 - a crashed process is a row, not the end of the run
                 rows.append({"lesson": lesson, "entry": e.name, "error": f"{type(error).__name__}: {error}"})
