@@ -37,24 +37,24 @@ lab: $(VENV)/.installed
 
 ## test: the whole test suite (what CI runs)
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 2
 
 ## test-fast: the unit tests (no nbgrader run, no notebook kernel, no browser, no publish) and the banks of the
 ##            lessons touched since BASE (tests/touched_lessons.py); under 3 minutes on 2 cores, e.g. make test-fast BASE=origin/main
 BASE ?= main
 test-fast: $(VENV)/.installed
 	selection="$$($(BIN)/python tests/touched_lessons.py $(BASE))" && \
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m "$$selection"
+	$(BIN)/python -m pytest -n 2 -q -m "$$selection"
 
 ## test-lesson: everything of one lesson: its unit tests, its bank and its end-to-end tests, e.g. make test-lesson L=02
 L ?=
 test-lesson: $(VENV)/.installed
 	@case "$(L)" in [0-9][0-9]|[0-9][0-9]_*) ;; *) echo "make test-lesson L=NN: номер урока из двух цифр, например L=02" >&2; exit 2;; esac
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "lesson(n='$(shell printf %.2s '$(L)')')"
+	$(BIN)/python -m pytest -n 2 -m "lesson(n='$(shell printf %.2s '$(L)')')"
 
 ## test-full: the same, with every bank submission graded through nbgrader autograde (slow)
 test-full: $(VENV)/.installed
-	COURSE_FULL_AUTOGRADE=1 $(BIN)/python -m pytest -n 2 --dist loadgroup
+	COURSE_FULL_AUTOGRADE=1 $(BIN)/python -m pytest -n 2
 
 ## release: build solutions/ from the lesson sources lessons/*.py, then notebooks/ (nbgrader generate_assignment)
 release: $(VENV)/.installed

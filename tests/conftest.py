@@ -25,6 +25,37 @@ if _NVRTC_CACHE not in os.environ:
         pass
 
 
+# --- scheduling: which tests share an xdist worker ---------------------------------------------------------
+
+#: Files whose tests share one expensive session fixture (a class graded by nbgrader, a JupyterLab with its
+#: browser): all of a file's tests go to one xdist worker, which builds the fixture once.  The other tests go
+#: one by one to whichever worker is free.  (pytest-xdist's own ``xdist_group`` marks stopped working with
+#: pytest 9.2, pytest-dev/pytest-xdist#1386: a group's tests went to both workers and each built the class.)
+ONE_WORKER_FILES = {"test_hardening_autograde.py", "test_class_faults.py", "test_parallel.py",
+                    "test_sandbox_attacks.py", "test_browser.py"}
+
+
+def work_unit(nodeid: str) -> str:
+    """What goes to one worker with a test: its whole file if in :data:`ONE_WORKER_FILES`, else itself."""
+    file = nodeid.split("::", 1)[0]
+    return file if Path(file).name in ONE_WORKER_FILES else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest without xdist (-p no:xdist) knows no such hook
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``-n N`` (xdist's default ``--dist load``): work units (:func:`work_unit`), the largest first.
+    Another ``--dist`` given on the command line is xdist's own."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerFiles(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return OneWorkerFiles(config, log)
+
+
 # --- tiers: the markers of pyproject.toml's [tool.pytest.ini_options] ---------------------------------------
 
 _LESSON_FILE = re.compile(r"test_lesson(\d\d)_")

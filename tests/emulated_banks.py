@@ -80,9 +80,11 @@ def _recording():
         guard.trust_grader_changes()
 
 
-def run_entry(lesson: str, entry_name: str, *, emulated: bool, checks=None, hidden: bool = True) -> list[Call]:
-    """Every value call of ``entry_name`` (of ``checks`` only, if given; visible cases only unless ``hidden``) in
-    this process, on the emulator (``emulated``) or on this machine's GPU."""
+def run_entry(lesson: str, entry_name: str, *, emulated: bool, checks=None, hidden: bool = True,
+              only: int | None = None) -> list[Call]:
+    """Every value call of ``entry_name`` (of ``checks`` only, if given; visible cases only unless ``hidden``; the
+    call of index ``only`` among them, if given) in this process, on the emulator (``emulated``) or on this
+    machine's GPU."""
     from autograder.gpu import emulated_cupy
 
     entry = next(e for e in banks.BANKS[lesson]() if e.name == entry_name)
@@ -93,7 +95,8 @@ def run_entry(lesson: str, entry_name: str, *, emulated: bool, checks=None, hidd
     with stand_in, _recording() as outputs:
         with contextlib.redirect_stdout(io.StringIO()):
             space = banks.namespace(lesson, entry.answers)
-        for check_id, names, cases in value_calls(lesson, checks, hidden=hidden):
+        chosen = value_calls(lesson, checks, hidden=hidden)
+        for check_id, names, cases in chosen if only is None else chosen[only:only + 1]:
             objects = [space[n] for n in names]
             call = Call(check_id, cases is not None, False, "", 0.0)
             emulated_cupy.reset()

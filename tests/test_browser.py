@@ -46,7 +46,6 @@ pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM),
                        reason=f"{CHROMIUM} not found: install Debian's chromium (`apt-get install -y chromium`; "
                               ".ci/run does it) to run the browser test"),
-    pytest.mark.xdist_group("browser"),
 ]
 
 

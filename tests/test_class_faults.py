@@ -32,7 +32,6 @@ from autograder.course import grading, nbgrader_cli
 from bank import banks
 
 LESSON = "02_fused_rmsnorm"
-pytestmark = pytest.mark.xdist_group("class_faults")
 REFERENCE = grading.reference_answers(LESSON)
 COURSE_BIN = Path(sys.executable).parent / "course"
 
@@ -280,6 +279,16 @@ def start(folder: Path, *args: str) -> subprocess.Popen:
                             env=nbgrader_cli.nbgrader_env())
 
 
+def wait_grading(run: subprocess.Popen, seconds: float = 120) -> None:
+    """Until the run has started its workers (its signal handlers are in place by then: a loaded machine can
+    take many seconds to get there), then 3 s more: it is grading."""
+    deadline = time.monotonic() + seconds
+    while not run_processes(run.pid):
+        assert run.poll() is None and time.monotonic() < deadline, "the run started no worker"
+        time.sleep(0.3)
+    time.sleep(3)
+
+
 def wait_gone(main_pid: int, seconds: float = 15) -> list[int]:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -328,7 +337,7 @@ def test_sigterm_and_ctrl_c_stop_cleanly_in_one_line(clean, tmp_path):
     folder = faults_class(tmp_path)
     for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
         run = start(folder)
-        time.sleep(6)
+        wait_grading(run)
         run.send_signal(sig)
         out, err = run.communicate(timeout=60)
         assert run.returncode == code, (out, err)

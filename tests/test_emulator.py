@@ -409,6 +409,56 @@ extern "C" __global__ void scal(float* y, float a, double b, long long c, unsign
         launch(nvrtc.ptx(source), "nope", 1, 1, [])
 
 
+
+POINTERS = r'''
+extern "C" __global__ void shift(const float* x, float* y, int n)
+{
+    int i = threadIdx.x;
+    if (i < n) y[i] = x[i - 1];
+}
+extern "C" __global__ void copy(const float* x, float* y, int n)
+{
+    int i = threadIdx.x;
+    if (i < n) y[i] = x[i];
+}
+extern "C" __global__ void overwrite_then_read(float* x, const float* same, float* out, int n)
+{
+    int i = threadIdx.x;
+    x[i] = -1.0f;
+    __syncthreads();
+    out[i] = same[(i + 1) % n];
+}
+'''
+
+
+def test_a_view_is_a_pointer_into_the_memory_of_the_array_it_views():
+    """As CuPy passes it: a slice points into its base (reading before it reads the base, writing through it
+    writes the base), a transposed view is read in its base's memory order, two views of one array share it."""
+    ptx = nvrtc.ptx(POINTERS)
+    base = np.arange(8, dtype=np.float32)
+    run(POINTERS, "shift", 1, 4, [base[1:5], base[4:8], np.int32(4)])  # y[i] = x[i - 1]: x[-1] is base[0]
+    assert base.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+    r = launch(ptx, "shift", 1, 4, [np.arange(4, dtype=np.float32), np.zeros(4, np.float32), np.int32(4)])
+    assert [f.kind for f in r.findings] == ["global_oob"] and "аргумент № 1" in str(r.findings[0])
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = np.zeros(6, np.float32)
+    run(POINTERS, "copy", 1, 6, [a.T, y, np.int32(6)])  # the kernel indexes memory, not the view's strides
+    assert y.tolist() == a.ravel().tolist() != a.T.ravel().tolist()
+    f = np.asfortranarray(a)
+    run(POINTERS, "copy", 1, 6, [f, y, np.int32(6)])
+    assert y.tolist() == f.ravel(order="F").tolist()
+    run(POINTERS, "copy", 1, 3, [f[:, 1], y, np.int32(3)])  # column 1 of a Fortran array: contiguous from 2
+    assert y[:3].tolist() == [1, 4, 2]
+
+    x, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    run(POINTERS, "overwrite_then_read", 1, 4, [x, x[:], out, np.int32(4)])  # one allocation: the writes show
+    assert out.tolist() == [-1] * 4 and x.tolist() == [-1] * 4
+    x = np.arange(4, dtype=np.float32)
+    run(POINTERS, "overwrite_then_read", 1, 4, [x, x.copy(), out, np.int32(4)])  # two: they do not
+    assert out.tolist() == [1, 2, 3, 0]
+
+
 # --- the lessons' reference kernels at their graded sizes -----------------------------------------------------
 
 def reference(lesson: str, answer: str, name: str) -> str:

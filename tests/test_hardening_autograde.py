@@ -19,8 +19,6 @@ from autograder.course import paths as course
 from autograder.course import grading
 from autograder.isolation import guard
 
-pytestmark = pytest.mark.xdist_group("hardening_autograde")
-
 LESSON = "02_fused_rmsnorm"
 REFERENCE = grading.reference_answers(LESSON)
 RMS = {f"test_lesson02_{n}" for n in ("equivalence", "zeros", "large_values", "unit_rms", "eps_placement",

@@ -17,7 +17,7 @@ from autograder.course import grading, nbgrader_cli
 from bank import banks
 
 LESSON = "02_fused_rmsnorm"
-pytestmark = pytest.mark.xdist_group("parallel_autograde")
+
 
 
 def submissions() -> dict:

@@ -37,8 +37,7 @@ from autograder.course import paths as course
 from autograder.course import grading, nbgrader_cli
 from autograder.isolation import sandbox
 
-pytestmark = [pytest.mark.xdist_group("sandbox_attacks"),
-              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux-only")]
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux-only")]
 
 LESSON = "02_fused_rmsnorm"
 REFERENCE = grading.reference_answers(LESSON)

@@ -1,12 +1,15 @@
 """A stand-in for CuPy whose kernels run on the PTX emulator (:mod:`autograder.gpu.emulator`): no GPU needed.
 
-What the course's wrappers use is here: ``RawKernel`` (NVRTC PTX for the GPU it poses as, then the emulator; options such
-as ``-DBC=64``; ``max_dynamic_shared_size_bytes``), device arrays (:class:`ndarray`, a NumPy array that stands
-for device memory: ``get``, ``set``, slicing, arithmetic), ``asarray``/``asnumpy``/``empty``/``zeros``/``ones``/
-``full``/``*_like``/``ascontiguousarray``, the dtypes, ``cuda.Device()`` (by default the attributes of a T4, the GPU a
-student without one is most likely to get, and compute_75 PTX; or an H200's, :data:`DEVICES`) and ``cuda.runtime.getDeviceProperties``.  New arrays from ``empty`` are filled
-with NaN bytes (0xFF), as the GPU checks fill every new allocation.  Anything else fails with a message that
-names it, never with a wrong answer.
+What the course's wrappers use is here: ``RawKernel`` (NVRTC PTX for the GPU it poses as, then the emulator;
+options such as ``-DBC=64``; ``max_dynamic_shared_size_bytes``), device arrays (:class:`ndarray`, a NumPy array
+that stands for device memory: ``get``, ``set``, slicing, arithmetic; a view passed to a kernel points into the
+array it views, as on a GPU), ``asarray``/``asnumpy``/``empty``/``zeros``/``ones``/``full``/``*_like``/
+``ascontiguousarray`` (float64 by default, as CuPy's), the dtypes, ``cuda.Device()`` (by default the attributes
+of a T4, the GPU a student without one is most likely to get, and compute_75 PTX; or an H200's, :data:`DEVICES`),
+``cuda.runtime.getDeviceProperties``, ``cuda.Event`` (recorded, never timed: ``cuda.get_elapsed_time`` says the
+emulator does not measure time), ``random.standard_normal``/``random``/``rand``/``randn``.  New arrays from
+``empty`` are filled with NaN bytes (0xFF), as the GPU checks fill every new allocation.  Anything else fails
+with a message that names it, never with a wrong answer.
 
 Every launch is appended to :data:`LAUNCHES` (kernel name and the emulator's :class:`~.emulator.Result`).  A fatal
 finding (out of bounds, misaligned, unsupported, timeout) raises :class:`EmulatedFault`, as a GPU raises a CUDA
@@ -90,7 +93,7 @@ def asnumpy(a):
     return np.array(a, copy=True).view(np.ndarray)
 
 
-def empty(shape, dtype=np.float32, order="C"):
+def empty(shape, dtype=np.float64, order="C"):
     out = np.empty(shape, dtype=dtype, order=order).view(ndarray)
     out.view(np.uint8)[...] = 0xFF  # NaN in every float, -1 in every integer: unwritten elements show
     return out
@@ -100,7 +103,7 @@ def empty_like(a, dtype=None):
     return empty(np.shape(a), dtype=a.dtype if dtype is None else dtype)
 
 
-def zeros(shape, dtype=np.float32):
+def zeros(shape, dtype=np.float64):
     return np.zeros(shape, dtype=dtype).view(ndarray)
 
 
@@ -108,7 +111,7 @@ def zeros_like(a, dtype=None):
     return zeros(np.shape(a), dtype=a.dtype if dtype is None else dtype)
 
 
-def ones(shape, dtype=np.float32):
+def ones(shape, dtype=np.float64):
     return np.ones(shape, dtype=dtype).view(ndarray)
 
 
@@ -168,18 +171,52 @@ class _Device:
         return False
 
 
-def _unsupported(name: str):
-    def fail(*args, **kwargs):
-        raise NotImplementedError(f"эмулятор GPU не поддерживает {name}: запустите эту ячейку на GPU (Colab)")
-    return fail
+class _Event:
+    """``cupy.cuda.Event``: it can be recorded and waited for; the time between two cannot be read (the emulator
+    does not model time)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+    @property
+    def done(self) -> bool:
+        return True
+
+
+def _elapsed_time(start, end):
+    raise NotImplementedError("время на эмуляторе GPU не измеряется (cupy.cuda.get_elapsed_time): эмулятор "
+                              "проверяет, что ядро считает верно, но не моделирует его скорость. Замерьте время "
+                              "на GPU (Colab) или посмотрите числа H200 в тексте урока.")
 
 
 cuda = types.SimpleNamespace(
     Device=_Device,
     runtime=types.SimpleNamespace(getDeviceCount=lambda: 1,
                                   getDeviceProperties=lambda device=0: dict(_device_profile[2])),
-    Event=_unsupported("cupy.cuda.Event (время на эмуляторе не измеряется)"),
-    get_elapsed_time=_unsupported("cupy.cuda.get_elapsed_time"),
+    Event=_Event,
+    get_elapsed_time=_elapsed_time,
+)
+
+
+def _random_array(make):
+    def on_device(size=None, dtype=np.float64):
+        return np.asarray(make(size), dtype=dtype).view(ndarray)
+    return on_device
+
+
+#: ``cupy.random``: the functions a wrapper or a demo cell uses to make inputs (other numbers than CuPy's).
+random = types.SimpleNamespace(
+    standard_normal=_random_array(lambda size: np.random.default_rng().standard_normal(size)),
+    random=_random_array(lambda size: np.random.default_rng().random(size)),
+    rand=lambda *shape, dtype=np.float64: np.asarray(np.random.default_rng().random(shape), dtype).view(ndarray),
+    randn=lambda *shape, dtype=np.float64: np.asarray(np.random.default_rng().standard_normal(shape),
+                                                      dtype).view(ndarray),
 )
 
 float16, float32, float64 = np.float16, np.float32, np.float64

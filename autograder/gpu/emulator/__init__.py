@@ -101,8 +101,10 @@ def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0
            max_issues: int = MAX_ISSUES, lanes: int | None = None, contract: bool = True) -> Result:
     """Run ``kernel`` of the PTX module ``ptx`` with a grid of ``grid`` blocks of ``block`` threads.
 
-    ``args`` follow the kernel's parameters: NumPy arrays are device buffers (copied in, and after the run
-    copied back into the same arrays), numbers are passed as the parameter's PTX type.  ``shared_bytes`` is
+    ``args`` follow the kernel's parameters: NumPy arrays are pointers into device buffers, as CuPy passes them
+    (a view points into the array it views, so views of one array share one buffer and a non-contiguous view is
+    read in its base's memory order: ``memory.allocation_of``; each buffer is copied in, and after the run copied
+    back), numbers are passed as the parameter's PTX type.  ``shared_bytes`` is
     the dynamic shared memory per block; ``lanes`` caps the threads emulated at once (whole blocks; default
     :data:`machine.LANES`); ``contract`` runs a ``mul.f32`` whose only use is the next ``add.f32``/``sub.f32`` as one
     FMA, as ptxas does (``program.contractions``).  Constructs the emulator does not implement give a finding of kind

@@ -57,7 +57,7 @@ import numpy as np
 from .errors import Unsupported
 from .findings import FATAL, Finding
 from .memory import (GLOBAL_BASE, LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE, GlobalArena, LocalMemory,
-                     SharedMemory, demangle)
+                     SharedMemory, allocation_of, demangle)
 from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op, _writes, derived
 from .ptx import TYPE_BITS, Kernel
 from .rounding import nnz
@@ -184,9 +184,18 @@ class Machine:
         params = self.kernel.params
         if len(args) != len(params):
             raise ValueError(f"kernel {self.kernel.name} takes {len(params)} arguments, got {len(args)}")
-        arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+        # One allocation per array the arguments point into (views of one array share it, as on a GPU).
+        arrays, address = [], {}
+        for i, a in enumerate(args):
+            if isinstance(a, np.ndarray):
+                root, offset = allocation_of(a)
+                k = next((k for k, (_, r) in enumerate(arrays) if r is root), None)
+                if k is None:
+                    k = len(arrays)
+                    arrays.append((i, root))
+                address[i] = (k, offset)
         self.arena = GlobalArena(arrays)
-        address = {i: self.arena.address_of(k) for k, (i, _) in enumerate(arrays)}
+        address = {i: self.arena.address_of(k) + offset for i, (k, offset) in address.items()}
         offset = 0
         chunks = []
         self.param_offset = {}

@@ -53,8 +53,36 @@ def _describe_array(a: np.ndarray) -> str:
     return f"{a.dtype}[{shape}], {a.nbytes} Б"
 
 
+def allocation_of(array: np.ndarray) -> tuple[np.ndarray, int]:
+    """The memory an array argument points into, as a GPU sees it, and the byte offset of its element 0.
+
+    CuPy passes a view (a slice, a transpose, a reshape) as a pointer into the memory of the array it views: the
+    kernel reads that memory with its own indexing, whatever the view's strides, and two arguments viewing one
+    array share it.  So the allocation is the outermost array the view's chain of ``base`` reaches, when that
+    one's memory is one contiguous block (C or Fortran order); otherwise the argument alone, as its C-order copy.
+    """
+    root = array
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root is array or not (root.flags.c_contiguous or root.flags.f_contiguous):
+        return array, 0
+    offset = array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    if not 0 <= offset <= root.nbytes:  # not a view into root's block after all
+        return array, 0
+    return root, offset
+
+
+def _bytes_of(array: np.ndarray) -> np.ndarray:
+    """An array's memory as bytes, in memory order (a view where the array is one contiguous block)."""
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        return array.reshape(-1, order="A").view(np.uint8)
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
 class GlobalArena:
-    """The kernel's array arguments, each its own allocation; bytes outside every allocation do not exist."""
+    """The kernel's allocations (:func:`allocation_of` of its array arguments, each once), each its own block of
+    memory; bytes outside every allocation do not exist.  ``positions[k]`` is the first argument pointing into
+    allocation ``k``."""
 
     def __init__(self, arrays: list[tuple[int, np.ndarray]]):
         self.positions, self.arrays, starts, sizes = [], [], [], []
@@ -70,7 +98,7 @@ class GlobalArena:
         self.data = np.zeros(address - GLOBAL_BASE, dtype=np.uint8)
         for start, array in zip(starts, self.arrays):
             off = start - GLOBAL_BASE
-            self.data[off:off + array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            self.data[off:off + array.nbytes] = _bytes_of(array)
 
     def where(self, address: int) -> str:
         """Russian: which argument array and byte offset an address (inside an allocation) is."""
@@ -87,12 +115,14 @@ class GlobalArena:
         for k, (start, array) in enumerate(zip(self.starts.tolist(), self.arrays)):
             off = start - GLOBAL_BASE
             if not array.flags.writeable:
-                before = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-                if not np.array_equal(self.data[off:off + array.nbytes], before):
+                if not np.array_equal(self.data[off:off + array.nbytes], _bytes_of(array)):
                     self.written_read_only.append(self.positions[k])
                 continue
-            data = self.data[off:off + array.nbytes].view(array.dtype)
-            array[...] = data.reshape(array.shape)
+            data = self.data[off:off + array.nbytes]
+            if array.flags.c_contiguous or array.flags.f_contiguous:
+                array.reshape(-1, order="A").view(np.uint8)[...] = data
+            else:
+                array[...] = data.view(array.dtype).reshape(array.shape)
 
     def within_one(self, addr: np.ndarray, size: int) -> bool:
         """Whether every access of ``size`` bytes at ``addr`` lies inside one and the same allocation."""

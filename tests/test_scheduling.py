@@ -1,0 +1,20 @@
+"""Do the tests that share an expensive session fixture reach one xdist worker, and only they?"""
+import re
+from pathlib import Path
+
+import conftest
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_each_one_worker_file_exists_and_builds_a_session_fixture():
+    for name in sorted(conftest.ONE_WORKER_FILES):
+        text = (TESTS / name).read_text(encoding="utf-8")
+        assert re.search(r'@pytest\.fixture\(scope="(session|module)"', text), name
+
+
+def test_a_one_worker_file_is_one_work_unit_and_other_tests_are_their_own():
+    assert conftest.work_unit("tests/test_parallel.py::test_merge_refuses[x]") == "tests/test_parallel.py"
+    assert conftest.work_unit("tests/test_parallel.py::test_a") == conftest.work_unit("tests/test_parallel.py::b")
+    other = "tests/test_banks.py::test_submission_loses_exactly_its_checks[02_fused_rmsnorm-reference]"
+    assert conftest.work_unit(other) == other
