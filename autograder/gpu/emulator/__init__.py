@@ -77,8 +77,8 @@ ldmatrix), ``rounding`` (exact float rounding, the narrow formats), ``memory`` (
 shared memory with shadow state, local memory), ``machine`` (lanes, divergence, barriers, collectives; its
 docstring has the execution rule and the cost model), ``findings``.
 
-Speed: about 50-115 thousand instruction issues per second on one core for lesson 08's kernels, 10-20 thousand for
-lesson 09's tensor-core one (one issue: one instruction over one group of lanes; ``benchmarks/emulator_speed.py``
+Speed: about 75-200 thousand instruction issues per second on one quiet core for lesson 08's kernels (half that
+beside other jobs), 15-25 thousand for lesson 09's tensor-core one (one issue: one instruction over one group of lanes; ``benchmarks/emulator_speed.py``
 times every graded case of lessons 06, 07, 08, 09 and 11; ``benchmarks/results/emulator_speed.txt``).
 """
 from __future__ import annotations
