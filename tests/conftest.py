@@ -61,9 +61,18 @@ def pytest_xdist_make_scheduler(config, log):
 _LESSON_FILE = re.compile(r"test_lesson(\d\d)_")
 
 
+#: Files whose tests are about every lesson at once: the lessons tables and the sentences that list lessons
+#: (a new lesson's row or number missing fails them), so `make test-lesson L=NN` runs them for any lesson.
+EVERY_LESSON_FILES = {"test_docs.py", "test_lesson_lists.py"}
+
+
 def lessons_of(item) -> set[str]:
     """The lessons a test is about, as two digits: those of its file (tests/test_lessonNN_*.py) and of its
-    ``lesson`` parameter (tests/test_banks.py, test_autograde.py, test_notebooks.py ...)."""
+    ``lesson`` parameter (tests/test_banks.py, test_autograde.py, test_notebooks.py ...); every lesson for the
+    files of :data:`EVERY_LESSON_FILES`."""
+    if item.path.name in EVERY_LESSON_FILES:
+        from autograder.course.paths import text_lessons
+        return {lesson[:2] for lesson in text_lessons()}
     found = set()
     match = _LESSON_FILE.match(item.path.name)
     if match:

@@ -1,4 +1,6 @@
 """`make test-fast`'s selection (tests/touched_lessons.py): which lessons' banks a change keeps."""
+from pathlib import Path
+
 import touched_lessons as t
 
 
@@ -61,3 +63,17 @@ def test_the_expression_selects_each_kind_of_test_as_documented():
         expression = t.expression(None if lessons is None else set(lessons), emulator)
         chosen = [test for test in everything if _selected(expression, *test)]
         assert chosen == expected, (lessons, emulator, expression)
+
+
+def test_make_test_lesson_runs_the_tests_of_the_lessons_tables_and_lists_for_any_lesson():
+    from types import SimpleNamespace
+
+    from conftest import EVERY_LESSON_FILES, lessons_of
+
+    from autograder.course.paths import text_lessons
+    every = {lesson[:2] for lesson in text_lessons()}
+    assert {"01", "11"} <= every
+    for name in EVERY_LESSON_FILES:
+        assert (Path(__file__).parent / name).exists(), name
+        assert lessons_of(SimpleNamespace(path=Path("tests") / name)) == every
+    assert lessons_of(SimpleNamespace(path=Path("tests/test_lesson05_tracing.py"), callspec=None)) == {"05"}
