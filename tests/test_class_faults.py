@@ -26,10 +26,11 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.course import paths as course, folder as course_folder, autograde as parallel, report, status
+from autograder.course import folder as course_folder, autograde as parallel, report, status
 
 from autograder.course import grading, nbgrader_cli
 from bank import banks
+from helpers import submission, untouched_submission
 
 LESSON = "02_fused_rmsnorm"
 REFERENCE = grading.reference_answers(LESSON)
@@ -37,11 +38,7 @@ COURSE_BIN = Path(sys.executable).parent / "course"
 
 
 def notebook(answers: dict | None = None) -> nbformat.NotebookNode:
-    nb = grading.fill_answers(LESSON, {**REFERENCE, **(answers or {})})
-    for c in nb.cells:
-        if c.cell_type == "code" and "nbgrader" not in c.metadata:
-            c.source = ""  # demo cells emptied: faster, and no part of what is tested
-    return nb
+    return submission(LESSON, answers)
 
 
 def grade_id(cell) -> str | None:
@@ -58,11 +55,7 @@ NAIVE = {s.name: s for s in NAIVE.WRONG}["naive_temporaries"].answers
 
 #: The honest students: their grades must never change, whatever the others hand in.
 def untouched() -> nbformat.NotebookNode:
-    nb = nbformat.read(course.student_notebook(LESSON), as_version=4)
-    for c in nb.cells:
-        if c.cell_type == "code" and "nbgrader" not in c.metadata:
-            c.source = ""
-    return nb
+    return untouched_submission(LESSON)
 
 
 HONEST = {"ref_a": lambda: notebook(), "naive": lambda: notebook(NAIVE), "untouched": untouched}

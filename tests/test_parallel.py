@@ -15,20 +15,19 @@ from autograder.course import cli, paths as course, folder as course_folder, aut
 
 from autograder.course import grading, nbgrader_cli
 from bank import banks
+from helpers import submission, untouched_submission
 
 LESSON = "02_fused_rmsnorm"
 
 
 
 def submissions() -> dict:
-    bank = banks()[LESSON]
-    reference = grading.reference_answers(LESSON)
-    wrong = {s.name: s for s in bank.WRONG}
+    wrong = {s.name: s for s in banks()[LESSON].WRONG}
     return {
-        "reference": grading.fill_answers(LESSON, reference),
-        "eps_outside_root": grading.fill_answers(LESSON, {**reference, **wrong["eps_outside_root"].answers}),
-        "naive_temporaries": grading.fill_answers(LESSON, {**reference, **wrong["naive_temporaries"].answers}),
-        "untouched": nbformat.read(course.student_notebook(LESSON), as_version=4),
+        "reference": submission(LESSON),
+        "eps_outside_root": submission(LESSON, wrong["eps_outside_root"].answers),
+        "naive_temporaries": submission(LESSON, wrong["naive_temporaries"].answers),
+        "untouched": untouched_submission(LESSON),
     }
 
 

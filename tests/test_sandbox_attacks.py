@@ -32,10 +32,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course import paths as course
 
 from autograder.course import grading, nbgrader_cli
 from autograder.isolation import sandbox
+from helpers import submission
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux-only")]
 
@@ -208,7 +208,10 @@ def attacker_answers(route: str, where: str, payload: str, native: dict[str, byt
         return {"fused_rms_norm": run_route + "\n" + shown + REFERENCE["fused_rms_norm"]}
     body = textwrap.indent(f"try:\n{textwrap.indent(run_route, '    ')}\nexcept Exception:\n    pass", "    ")
     reference = REFERENCE["fused_rms_norm"].split("\n", 1)
-    return {"fused_rms_norm": reference[0] + "\n" + body + "\n" + reference[1]}
+    # the student's own try of the function (the lesson's demonstrations are left out): the attack runs in
+    # the kernel too, as in a whole notebook, where the demonstrations call it
+    tried = "\n\nfused_rms_norm(np.ones((2, 8), dtype=np.float32), np.ones(8, dtype=np.float32))\n"
+    return {"fused_rms_norm": reference[0] + "\n" + body + "\n" + reference[1] + tried}
 
 
 class Listener:
@@ -243,11 +246,11 @@ def make_class(folder: Path, home: Path, *, attackers: dict = {}, listener: List
     """A course in ``folder``/course, its assignment generated, with the honest students and ``attackers``
     submitted (each attacker's folder also holds the native files it ships)."""
     root = nbgrader_cli.new_course(folder / "course", only=[LESSON])
-    submissions = {name: grading.fill_answers(LESSON, {**REFERENCE, **answers}) for name, answers in HONEST.items()}
+    submissions = {name: submission(LESSON, answers) for name, answers in HONEST.items()}
     native = compile_native(folder) if attackers else {}
     for name, (route, where) in attackers.items():
         payload = PAYLOAD.format(course=str(root), home=str(home), port=listener.port, route=route, dry=dry)
-        submissions[name] = grading.fill_answers(LESSON, {**REFERENCE, **attacker_answers(route, where, payload, native)})
+        submissions[name] = submission(LESSON, attacker_answers(route, where, payload, native))
     grading.write_submissions(root, LESSON, submissions)
     for name in attackers:
         for file, data in native.items():
@@ -345,7 +348,7 @@ def test_the_same_attacks_reach_everything_without_the_sandbox(tmp_path):
     assert planted == {f"99-{route}.py" for route in routes}, planted
     assert {c.decode() for c in listener.connections} == routes, listener.connections
     stolen = {p.parts[-3] for p in (root / "autograded").glob(f"*/{LESSON}/stolen-*.ipynb")}
-    assert stolen == set(attackers), stolen  # the check attackers too: the lesson's demo cells call the function
+    assert stolen == set(attackers), stolen  # the check attackers too: their answer cell calls the function
 
 
 def test_the_sandbox_is_available():
