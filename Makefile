@@ -35,26 +35,31 @@ lab: $(VENV)/.installed
 	  $(if $(filter-out 0 no false,$(NO_BROWSER)),--no-browser) $(if $(TOKEN),--IdentityProvider.token="$(TOKEN)") \
 	  $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+# pytest-xdist workers: one more than the 2 cores CI has, because the end-to-end tests spend about a third of
+# their time waiting on nbgrader's and the kernels' subprocesses (make test on 2 cores: 1055 s with -n 2, 890 s
+# with -n 3, 2026-12-03); e.g. make test TEST_WORKERS=8 on a larger machine.
+TEST_WORKERS ?= 3
+
 ## test: the whole test suite (what CI runs)
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 ## test-fast: the unit tests (no nbgrader run, no notebook kernel, no browser, no publish) and the banks of the
 ##            lessons touched since BASE (tests/touched_lessons.py); under 3 minutes on 2 cores, e.g. make test-fast BASE=origin/main
 BASE ?= main
 test-fast: $(VENV)/.installed
 	selection="$$($(BIN)/python tests/touched_lessons.py $(BASE))" && \
-	$(BIN)/python -m pytest -n 2 -q -m "$$selection"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -q -m "$$selection"
 
 ## test-lesson: everything of one lesson: its unit tests, its bank and its end-to-end tests, e.g. make test-lesson L=02
 L ?=
 test-lesson: $(VENV)/.installed
 	@case "$(L)" in [0-9][0-9]|[0-9][0-9]_*) ;; *) echo "make test-lesson L=NN: номер урока из двух цифр, например L=02" >&2; exit 2;; esac
-	$(BIN)/python -m pytest -n 2 -m "lesson(n='$(shell printf %.2s '$(L)')')"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "lesson(n='$(shell printf %.2s '$(L)')')"
 
 ## test-full: the same, with every bank submission graded through nbgrader autograde (slow)
 test-full: $(VENV)/.installed
-	COURSE_FULL_AUTOGRADE=1 $(BIN)/python -m pytest -n 2
+	COURSE_FULL_AUTOGRADE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 ## release: build solutions/ from the lesson sources lessons/*.py, then notebooks/ (nbgrader generate_assignment)
 release: $(VENV)/.installed
