@@ -31,6 +31,10 @@ c.IsolatedExecute.kernel_memory_limit_gib = 8
 # Every submission is graded in its own OS sandbox (bubblewrap; autograder/sandbox.py): without one this
 # machine refuses to grade. "off" grades without it (your own notebooks only); `course autograde --no-sandbox`.
 c.IsolatedExecute.sandbox = "required"
+# Without a GPU on this machine, the kernels of the GPU lessons (06-09, 11) run on the PTX emulator and its
+# verdicts count; False: every check that runs a kernel gets 0 points with «нужен GPU». Timed checks always
+# need a GPU (0 points on the emulator, and they say so).
+c.IsolatedExecute.gpu_emulator = True
 # Ordinary cells: a cell still running after 120 s is interrupted and the rest is graded.
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True

@@ -30,8 +30,10 @@
 #    на фрагментах-аккумуляторах и перевод P в f16;
 # 6. сравните скорость с ядром урока 08 и с `scaled_dot_product_attention` в f16.
 #
-# **Как проверяется.** Проверки компиляции (NVRTC для sm_75, sm_80 и sm_90) работают везде; проверки запуска
-# требуют GPU (без него — «нужен GPU», 0 баллов). Входы — float16, поэтому всё работает и на T4 в Colab (sm_75).
+# **Как проверяется.** Проверки компиляции (NVRTC для sm_75, sm_80 и sm_90) работают везде; проверка `mma_matmul`
+# без GPU идёт на эмуляторе GPU (урок 06, раздел 7) — он выполняет и `mma.sync`, и `ldmatrix`; проверки запуска
+# FlashAttention требуют GPU (без него — «нужен GPU», 0 баллов: их случаи пока слишком велики для эмулятора), а
+# самопроверка на малом случае без GPU идёт на эмуляторе. Входы — float16, поэтому всё работает и на T4 в Colab (sm_75).
 
 # %%
 # {{COURSE_INSTALL}}
@@ -40,14 +42,9 @@
 import math
 import numpy as np
 import matplotlib.pyplot as plt
-try:
-    import cupy as cp
-except ImportError:   # нет CuPy: ядро всё равно компилируется (NVRTC), а запуски требуют GPU
-    cp = None
-
 from autograder import grade
-from autograder.gpu.runtime import describe_gpu, gpu_status
-print(describe_gpu())
+from autograder.gpu.runtime import choose_cupy, gpu_status
+cp = choose_cupy()   # CuPy на GPU, без GPU — эмулятор GPU с тем же API; строка ниже говорит, что выбрано
 
 # %% [markdown] id="p1"
 # ## 1. Сколько дают тензорные ядра
@@ -856,17 +853,17 @@ def flash_attention_tc_gpu(Q, K, V, causal=False, tile_counter=None):
 
 
 # %% [markdown] id="f3"
-# Быстрая самопроверка (не оценивается; без GPU пропускается):
+# Быстрая самопроверка (не оценивается; без GPU — на эмуляторе GPU):
 
 # %% id="f4"
-if gpu_status()[0]:
+if cp is not None:   # на GPU или на эмуляторе GPU
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 100, 64)).astype(np.float16) for _ in range(3))
     exact, _ = exact_attention(q[0], k[0], v[0])
     got = flash_attention_tc_gpu(cp.asarray(q), cp.asarray(k), cp.asarray(v)).get()[0]
     print("макс. отклонение от float64:", np.abs(got.astype(np.float64) - exact).max())
 else:
-    print("GPU нет — самопроверка пропущена; проверки запуска ниже покажут «нужен GPU».")
+    print("Нет ни GPU, ни эмулятора GPU (он выключен) — самопроверка пропущена; проверки запуска ниже покажут «нужен GPU».")
 
 # %% [markdown] id="f5"
 # ### Проверки

@@ -15,9 +15,9 @@
 #
 # {{COLAB_BADGE}}
 #
-# Часть 1–4 — NumPy, GPU не нужен. Часть 5 — ядро CUDA: без GPU оно компилируется (NVRTC), а проверки запуска
-# честно пишут «нужен GPU» (0 баллов); запустить их можно в Colab по ссылке выше (*Среда выполнения → Сменить среду
-# выполнения → GPU*).
+# Часть 1–4 — NumPy, GPU не нужен. Часть 5 — ядро CUDA: без GPU оно компилируется (NVRTC) и проверяется на эмуляторе
+# GPU (урок 06, раздел 7); только проверка скорости требует GPU — без него она пишет «нужен GPU» (0 баллов), запустить
+# её можно в Colab по ссылке выше (*Среда выполнения → Сменить среду выполнения → GPU*).
 #
 # Все уроки внимания до сих пор были про prefill: n запросов против n ключей. В сервинге большинство вызовов
 # внимания — **декод**: один новый токен каждой последовательности против длинного KV-кэша. Кэш лежит
@@ -43,14 +43,9 @@ from pathlib import Path
 
 import numpy as np
 import matplotlib.pyplot as plt
-try:
-    import cupy as cp
-except ImportError:   # нет CuPy: ядро всё равно компилируется (NVRTC), а запуски требуют GPU
-    cp = None
-
 from autograder import grade
-from autograder.gpu.runtime import describe_gpu, gpu_status
-print(describe_gpu())
+from autograder.gpu.runtime import choose_cupy, gpu_status
+cp = choose_cupy()   # CuPy на GPU, без GPU — эмулятор GPU с тем же API; строка ниже говорит, что выбрано
 
 # %% [markdown]
 # ## 1. Roofline декода: сколько байт на один токен

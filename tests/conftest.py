@@ -96,9 +96,11 @@ E2E_TESTS = {
                           "test_a_failed_check_shows_the_verdict_not_the_graders_traceback"},  # a Jupyter kernel
     "test_sandbox.py": {"test_course_grade_of_ones_own_notebook_goes_on_without_the_sandbox_with_one_line"},
     # grading.grade_notebooks: the real nbgrader autograde
-    "test_lesson07_cupy_rmsnorm.py": {"test_autograde_without_gpu_scores_the_compile_check_only"},
+    "test_lesson06_cuda_basics.py": {"test_autograde_without_gpu_gives_the_reference_full_marks_on_the_emulator"},
+    "test_lesson07_cupy_rmsnorm.py": {"test_autograde_without_gpu_scores_everything_but_the_timed_check_on_the_emulator"},
     "test_lesson08_cupy_flash_attention.py": {"test_autograde_without_gpu_scores_the_compile_check_only"},
-    "test_lesson09_tensor_cores.py": {"test_autograde_without_gpu_scores_the_compile_checks_only"},
+    "test_lesson09_tensor_cores.py": {
+        "test_autograde_without_gpu_scores_the_compile_checks_and_the_mma_matmul_on_the_emulator"},
 }
 #: Files whose parametrised tests are bank entries (marker ``bank``): in-process, and on the PTX emulator.
 BANK_FILES = {"test_banks.py", "test_emulator_banks.py"}

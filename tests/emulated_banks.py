@@ -90,7 +90,7 @@ def run_entry(lesson: str, entry_name: str, *, emulated: bool, checks=None, hidd
     entry = next(e for e in banks.BANKS[lesson]() if e.name == entry_name)
     # the H200's limits, as on the GPU the banks were proven on: a wrapper that falls back to its step-1 kernel
     # when the tiles do not fit in a T4's 64 KiB would call itself in a bank entry that stands for that step
-    stand_in = emulated_cupy.installed("H200") if emulated else contextlib.nullcontext()
+    stand_in = runtime.stand_in("H200") if emulated else contextlib.nullcontext()
     calls = []
     with stand_in, _recording() as outputs:
         with contextlib.redirect_stdout(io.StringIO()):
@@ -104,8 +104,10 @@ def run_entry(lesson: str, entry_name: str, *, emulated: bool, checks=None, hidd
             started = time.perf_counter()
             with contextlib.redirect_stdout(io.StringIO()):
                 try:
-                    call.message = str(get_check(check_id).function(*objects, **({} if cases is None else
-                                                                                 {"cases": cases})))
+                    # the check's body: the stand-in is in place (or the GPU is there), and the findings
+                    # are read below, not turned into the check's failure as a run without a GPU does
+                    body = get_check(check_id).function.__wrapped__
+                    call.message = str(body(*objects, **({} if cases is None else {"cases": cases})))
                     call.passed = True
                 except CheckFailed as failure:
                     call.message = str(failure)
@@ -151,4 +153,58 @@ def disagreement(lesson: str, entry, calls: list[Call], checks=None) -> str | No
     if not sanitizer_fault and not with_findings <= allowed:
         return f"findings in {sorted(with_findings - allowed)}: " + "; ".join(
             text for c in calls for _, text in c.findings[:1])[:400]
+    return None
+
+
+# --- every check of an entry as the grader runs it without a GPU (issue 27) ----------------------------------
+
+def graded_losses(lesson: str, entry_name: str, *, hidden: bool = True) -> dict[str, str]:
+    """check id -> its failure message, for every check the entry fails when graded on a machine without a GPU:
+    its grade(...) calls (visible, and hidden unless not ``hidden``) in this process with the stand-in posing as a
+    T4, as a check's worker runs them (:func:`autograder.gpu.runtime.gpu_check`: a finding fails the check; a
+    timed check, or one kept off the emulator, fails with «нужен GPU»)."""
+
+    entry = next(e for e in banks.BANKS[lesson]() if e.name == entry_name)
+    lost: dict[str, str] = {}
+    with runtime.stand_in("T4"):
+        with contextlib.redirect_stdout(io.StringIO()):
+            space = banks.namespace(lesson, entry.answers)
+        for check_id, names, cases in banks.grade_calls(lesson):
+            if cases is not None and not hidden:
+                continue
+            check = get_check(check_id)
+            kwargs = {} if cases is None else {"cases": cases}
+            with contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    objects = [space[n] for n in names]
+                    if not check.needs_gpu:
+                        check.function(*objects, **kwargs)
+                    elif not runtime.scores_without_gpu(check):
+                        raise CheckFailed("нужен GPU")
+                    else:
+                        runtime.run_on_emulator(check.function.__wrapped__, *objects, **kwargs)
+                except CheckFailed as failure:
+                    lost.setdefault(check_id, str(failure))
+                except Exception as error:  # noqa: BLE001 - a worker reports it as the check's failure
+                    lost.setdefault(check_id, f"{type(error).__name__}: {error}")
+    return lost
+
+
+def graded_disagreement(lesson: str, entry, lost) -> str | None:
+    """None when an entry graded without a GPU loses what it loses on a GPU: every check the bank says it loses
+    (those that cannot pass without a GPU aside), and nothing else but checks it may lose, those that cannot pass
+    without a GPU, and — for an entry compute-sanitizer reports — a value check that the emulator's exact bounds
+    stop (a GPU's allocation granularity hides the stray read)."""
+    from autograder.gpu import runtime
+
+    cannot = {c for c, _, _ in banks.grade_calls(lesson) if not runtime.scores_without_gpu(get_check(c))}
+    expected = set(entry.loses) - cannot
+    allowed = expected | set(entry.may_lose) | cannot
+    if any("sanitizer" in c or c.endswith("_bounds") for c in entry.loses):
+        allowed |= set(VALUE_CHECKS[lesson]) | {c for c, _, _ in banks.grade_calls(lesson) if c.endswith("_memory")}
+    lost = set(lost)
+    if not expected <= lost:
+        return f"keeps {sorted(expected - lost)} that a GPU fails"
+    if not lost <= allowed:
+        return f"fails {sorted(lost - allowed)} that a GPU passes"
     return None

@@ -165,7 +165,7 @@ def test_both_lessons_tables_list_the_lessons_alike():
     assert student_header == header and student_rows == rows
     cells = [[cell.strip() for cell in row.strip().strip("|").split("|")] for row in rows]
     assert [row[0] for row in cells] == [f"`{lesson}`" for lesson in course.lessons()]
-    gpu = header.index("нужен GPU")
+    gpu = header.index("ядра CUDA")
     assert {row[0].strip("`"): "да" in row[gpu] for row in cells} == \
         {lesson: course.is_gpu_lesson(lesson) for lesson in course.lessons()}
 

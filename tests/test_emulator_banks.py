@@ -78,3 +78,38 @@ def test_the_committed_h200_side_by_side_agrees_entry_by_entry():
                 (key, sorted(gpu_lost))
             if not expected and row["max_distance_in_tolerances"] is not None:
                 assert row["max_distance_in_tolerances"] <= 1.0, key
+
+
+# --- the whole grading without a GPU (issue 27): every check, as a check's worker runs it -------------------
+
+#: Entries graded live here, every check with its hidden cases (seconds each); every entry of every GPU bank is in
+#: benchmarks/results/gpu_banks_without_gpu.json.
+GRADED_SAMPLE = [(banks.L06, "reference"), (banks.L06, "scale_add_cupy_composition"),
+                 (banks.L06, "row_sums_missing_syncthreads"), (banks.L07, "reads_past_the_end_masked"),
+                 (banks.L07, "naive_cupy_composition"), (banks.L09, "matmul_rows_g_and_g8_swapped")]
+
+
+@pytest.mark.parametrize("lesson,name", GRADED_SAMPLE)
+def test_graded_without_a_gpu_an_entry_loses_what_it_loses_on_a_gpu(lesson, name):
+    entry = next(e for e in banks.BANKS[lesson]() if e.name == name)
+    lost = eb.graded_losses(lesson, name)
+    problem = eb.graded_disagreement(lesson, entry, lost)
+    assert problem is None, f"{lesson} {name}: {problem}\n" + "\n".join(f"  {c}: {m[:200]}" for c, m in lost.items())
+
+
+def test_the_committed_grading_without_a_gpu_agrees_entry_by_entry():
+    """benchmarks/results/gpu_banks_without_gpu.json: every entry of today's GPU banks, graded as without a GPU,
+    lost what it loses on a GPU (its bank's `loses`, proven on the H200), by the rule of graded_disagreement."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "gpu_banks_without_gpu.json"
+    report = json.loads(path.read_text(encoding="utf-8"))
+    entries = {(lesson, e.name): e for lesson, make in banks.BANKS.items() for e in make()}
+    rows = {(r["lesson"], r["entry"]): r for r in report["rows"]}
+    assert set(rows) == set(entries), ("run benchmarks/gpu_banks_without_gpu.py: entries without a row "
+                                       f"{sorted(set(entries) - set(rows))}, rows of no entry {sorted(set(rows) - set(entries))}")
+    for key, row in rows.items():
+        assert "error" not in row, f"{key}: {row['error']}"
+        assert row["gpu_loses"] == sorted(entries[key].loses), f"{key}: the bank changed; run the benchmark again"
+        assert eb.graded_disagreement(key[0], entries[key], row["without_gpu_loses"]) is None, (key, row)

@@ -5,6 +5,7 @@ import pytest
 
 from autograder.gpu import emulated_cupy as ecp
 from autograder.gpu import nvrtc
+from autograder.gpu.runtime import run_on_emulator, stand_in
 
 pytestmark = pytest.mark.skipif(nvrtc._NVRTC is None, reason="NVRTC is not installed")
 
@@ -49,7 +50,7 @@ def test_an_out_of_bounds_access_stops_the_kernel_as_a_cuda_error_would():
 def test_the_device_is_a_t4_unless_told_otherwise():
     assert ecp.cuda.Device().attributes["MultiProcessorCount"] == 40
     assert ecp.cuda.runtime.getDeviceProperties(0)["major"] == 7
-    with ecp.installed("H200") as cupy:
+    with stand_in("H200") as cupy:
         assert cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"] == 227 * 1024
     assert ecp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"] == 64 * 1024
 
@@ -79,3 +80,124 @@ def test_random_inputs_are_device_arrays_of_the_dtype_asked_for():
 def test_what_the_stand_in_lacks_is_named_not_faked():
     with pytest.raises(AttributeError, match="эмулятор GPU не поддерживает cupy.fft"):
         ecp.fft  # noqa: B018 - the attribute access is the test
+
+
+# --- grading on the stand-in (issue 27): allocations, findings failing a check, pickling, choosing `cp` ----------
+
+RACE = r'''
+extern "C" __global__ void reverse_without_barrier(const float* x, float* y)
+{
+    __shared__ float tile[64];
+    tile[threadIdx.x] = x[threadIdx.x];
+    y[threadIdx.x] = tile[63 - threadIdx.x];   // no __syncthreads(): another warp's element may not be there yet
+}
+'''
+
+
+def test_device_allocations_count_new_arrays_not_views():
+    """The memory checks' counter on the stand-in: every array the stand-in allocates (constructors, copies,
+    results of arithmetic), never a view or a slice."""
+    x = ecp.asarray(np.ones((4, 8), np.float32))
+    with ecp.DeviceAllocations() as seen:
+        y = ecp.empty_like(x)          # 128 B
+        x[1:3], x.T, x.reshape(-1), y.view(np.uint8)
+        z = x * 2                      # a temporary, as CuPy's elementwise result: 128 B
+        ecp.asarray(np.zeros(5, np.float64))  # 40 B, counted once
+        ecp.asarray(x)                 # already on the device: nothing
+    assert seen.sizes == [128, 128, 40] and seen.total == 296 and seen.largest == 128
+    assert seen.damaged_guards() == [] and z.shape == (4, 8)
+    with ecp.DeviceAllocations() as nothing:
+        pass
+    assert nothing.total == 0 and nothing.largest == 0
+
+
+def test_a_check_that_ran_a_racy_kernel_fails_even_when_its_values_are_right():
+    """Lockstep hides the race in the values: the finding fails the check, says where and what to do, and that
+    it ran on the emulator."""
+    from autograder.checks.core import CheckFailed
+
+    def check_body():
+        x = ecp.asarray(np.arange(64, dtype=np.float32))
+        y = ecp.empty(64, dtype=ecp.float32)
+        ecp.RawKernel(RACE, "reverse_without_barrier")((1,), (64,), (x, y))
+        assert y.get().tolist() == list(range(63, -1, -1))  # right, by the emulator's order of threads
+        return "значения верны"
+
+    with pytest.raises(CheckFailed) as failure:
+        run_on_emulator(check_body)
+    text = str(failure.value)
+    assert "Эмулятор GPU нашёл" in text and "__syncthreads()" in text and text.endswith(f"({ecp.EMULATED})")
+    assert not ecp.ACTIVE  # the stand-in is put back
+
+
+def test_a_check_on_the_emulator_says_so_in_every_verdict():
+    from autograder.checks.core import CheckFailed
+
+    def passes():
+        ecp.RawKernel(SCALE, "scale")((1,), (4,), (ecp.zeros(4, dtype=ecp.float32), ecp.empty(4, dtype=ecp.float32),
+                                                  np.float32(2), np.int32(4)))
+        return "совпадает"
+
+    def stops():
+        ecp.RawKernel(SCALE, "past_the_end")((1,), (8,), (ecp.zeros(4, dtype=ecp.float32),
+                                                          ecp.empty(8, dtype=ecp.float32), np.int32(8)))
+
+    assert run_on_emulator(passes) == f"совпадает ({ecp.EMULATED})"
+    with pytest.raises(CheckFailed, match=r"past_the_end остановлено эмулятором GPU.*\(проверено на эмуляторе GPU\)$"):
+        run_on_emulator(stops)
+
+
+def test_what_a_notebook_holds_pickles_as_a_reference_to_cupy_never_to_the_grader():
+    """A student's function that uses `cp`, a kernel or a device array at the notebook's top level reach the check's
+    worker by the name `cupy` (which the worker gives the stand-in), as with CuPy: the guard refuses student objects
+    that import the grader."""
+    import pickle
+
+    import cloudpickle
+
+    with stand_in():
+        kernel, array = ecp.RawKernel(SCALE, "scale"), ecp.zeros(3, dtype=ecp.float32)
+        for obj in (ecp, kernel, array, ecp.cuda.Device()):
+            data = cloudpickle.dumps(obj)
+            assert b"autograder" not in data and b"cupy" in data, obj
+        assert pickle.loads(cloudpickle.dumps((ecp, kernel, array)))[0] is ecp
+
+
+@pytest.mark.parametrize("emulator", ["1", "0"])
+def test_the_notebooks_cp_is_the_stand_in_without_a_gpu_unless_the_emulator_is_off(emulator):
+    """runtime.choose_cupy in a fresh process (it installs the stand-in for good): one line says which."""
+    import os
+    import subprocess
+    import sys
+
+    from autograder.gpu import runtime
+
+    if runtime.gpu_status()[0]:
+        pytest.skip("this machine has a GPU: `cp` is CuPy")
+    code = ("from autograder.gpu.runtime import choose_cupy, gpu_status\ncp = choose_cupy()\n"
+            "print('CP', None if cp is None else cp.__name__, gpu_status()[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                         env={**os.environ, runtime.EMULATOR_ENV: emulator}).stdout
+    line, chosen = out.strip().splitlines()
+    if emulator == "1":
+        assert "ядра запускаются на эмуляторе GPU" in line and chosen == "CP autograder.gpu.emulated_cupy False"
+    else:
+        assert "эмулятор GPU выключен" in line and chosen == "CP None False"
+
+
+def test_nothing_the_emulator_runs_during_a_launch_imports_the_grader():
+    """A launch runs inside the student's call, where the guard refuses imports of the grader's package (they
+    would be the student's): the emulator's modules import each other at their top only (forms() runs outside)."""
+    import ast
+    from pathlib import Path
+
+    from autograder.gpu import emulator
+
+    late = []
+    for path in sorted(Path(emulator.__file__).parent.glob("*.py")):
+        for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and function.name != "forms":
+                for node in ast.walk(function):
+                    if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("autograder")):
+                        late.append(f"{path.name}:{node.lineno} in {function.name}")
+    assert late == []

@@ -1,4 +1,5 @@
-"""Does the GPU lessons' machinery work where CI runs (no GPU): NVRTC compiles, clear "нужен GPU"?"""
+"""Does the GPU lessons' machinery work where CI runs (no GPU): NVRTC compiles, the run checks on the PTX emulator,
+clear "нужен GPU" where they cannot run there?"""
 import re
 
 import nbformat
@@ -106,14 +107,44 @@ def test_gpu_checks_are_registered_without_memory_cap():
     assert not any(c.needs_gpu for k, c in checks.items() if k.endswith("compiles"))
 
 
+RUN_CHECKS = {**all_checks("lesson06."), **all_checks("lesson07."), **all_checks("lesson08."), **all_checks("lesson09."),
+              **all_checks("lesson11.")}
+
+
 @pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU: the run checks really run")
-def test_run_checks_without_a_gpu_fail_with_zero_points_and_say_so():
-    """Without a GPU, is every run check a clear failure ("нужен GPU", 0 points), never a pass?"""
-    for check_id, check in {**all_checks("lesson06."), **all_checks("lesson07."), **all_checks("lesson08.")}.items():
+def test_run_checks_without_a_gpu_and_the_emulator_off_fail_with_zero_points_and_say_so(monkeypatch):
+    """Emulator off (an instructor's choice): is every run check a clear failure ("нужен GPU", 0 points)?"""
+    monkeypatch.setenv(gpu.EMULATOR_ENV, "0")  # the check workers inherit it
+    for check_id, check in RUN_CHECKS.items():
         if check.needs_gpu:
             result = run(check_id, lambda *a, **k: None)
             assert not result.passed and result.score == 0, check_id
-            assert result.message.startswith("нужен GPU"), result.message
+            assert result.message.startswith("нужен GPU") and "выключен" not in result.message, result.message
+
+
+@pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU: the run checks really run")
+def test_run_checks_without_a_gpu_run_on_the_emulator_except_timed_ones_and_those_kept_off_it():
+    """Emulator on (the default): a wrapper that returns nothing fails on the emulator, saying so; a timed check,
+    or one kept off the emulator, fails with «нужен GPU» and says why; none passes."""
+    seen = set()
+    for check_id, check in RUN_CHECKS.items():
+        if not check.needs_gpu:
+            continue
+        result = run(check_id, lambda *a, **k: None)
+        assert not result.passed and result.score == 0 and not result.grader_fault, check_id
+        if check.function.on_emulator:
+            assert gpu.scores_without_gpu(check)
+            assert "проверено на эмуляторе GPU" in result.message, (check_id, result.message)
+            seen.add("emulator")
+        else:
+            assert not gpu.scores_without_gpu(check)
+            timed = result.message == gpu.TIMED_WITHOUT_GPU.format(why=gpu.gpu_status()[1])
+            kept_off = result.message == gpu.NOT_ON_EMULATOR.format(why=gpu.gpu_status()[1])
+            assert timed or kept_off, (check_id, result.message)
+            seen.add("timed" if timed else "kept off")
+    assert seen == {"emulator", "timed", "kept off"}
+    assert {k for k, c in RUN_CHECKS.items() if c.needs_gpu and not c.function.on_emulator} >= {
+        "lesson07.speed", "lesson11.gpu_speed"}
 
 
 @pytest.mark.parametrize("lesson", sorted(GPU_LESSONS))

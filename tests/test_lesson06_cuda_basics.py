@@ -1,13 +1,16 @@
-"""Does lesson 06's CPU side work without a GPU: the tables, the pictures, the "no GPU" paths?"""
+"""Does lesson 06 work without a GPU: the tables, the pictures, the emulator's reports, the grading on the emulator?"""
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import nbformat  # noqa: E402
 import pytest  # noqa: E402
 
 from autograder.lessons.lesson06 import cuda_basics as cb
 from autograder.gpu import runtime as gpu  # noqa: E402
+
+LESSON = "06_cuda_basics"
 
 
 def test_reference_gpus_have_every_fact():
@@ -20,12 +23,12 @@ def test_reference_gpus_have_every_fact():
 
 
 def test_describe_gpu_prints_both_columns(capsys):
-    """Does describe_gpu print the T4 and H200 columns (and say so when there is no GPU)?"""
+    """Does describe_gpu print the T4 and H200 columns (and the student's GPU beside them when there is one; the
+    setup cell's choose_cupy says where the kernels run)?"""
     cb.describe_gpu()
     out = capsys.readouterr().out
     assert "T4 (Colab)" in out and "H200" in out and "L2, МиБ" in out
-    if not gpu.gpu_status()[0]:
-        assert "GPU недоступен" in out
+    assert ("ваш:" in out) == gpu.gpu_status()[0]
 
 
 @pytest.mark.parametrize("draw, kwargs, cells", [
@@ -47,3 +50,35 @@ def test_idle_threads_are_hatched_in_the_1d_picture():
     ax = cb.plot_ownership_1d(n=20, block=8)
     assert sum(1 for p in ax.patches if p.get_hatch()) == 4
     plt.close("all")
+
+
+def test_the_emulator_reports_both_buggy_kernels_as_section_7_says():
+    """Section 7: the kernel without a tail guard is stopped at a read past x; the one without a barrier gives the
+    right sums and a race report (on any machine: the emulator runs on the CPU)."""
+    missing_guard, missing_barrier = cb.BUGGY_KERNELS
+    stopped = cb.emulator_report(missing_guard)
+    assert "ядро остановлено" in stopped and "за границы" in stopped and "повторов: 24" in stopped, stopped
+    race = cb.emulator_report(missing_barrier)
+    assert race.startswith("результат: 1000, 1000, 1000, 1000 — верный") and "гонка в разделяемой памяти" in race
+    assert "поток (128, 0, 0)" in race and "__syncthreads()" in race, race
+
+
+@pytest.mark.skipif(gpu.gpu_status()[0], reason="with a GPU the run checks run there (tests/test_gpu_lessons.py)")
+def test_autograde_without_gpu_gives_the_reference_full_marks_on_the_emulator(tmp_path):
+    """The real nbgrader autograde, on a machine without a GPU: the reference gets every point (its kernels on the PTX
+    emulator, in the sandbox), each run verdict saying so; the untouched notebook gets 0."""
+    from autograder.course import paths as course
+    from helpers import scores_of_reference_and_untouched
+
+    scored = scores_of_reference_and_untouched(LESSON, tmp_path)
+    nb = nbformat.read(course.source_notebook(LESSON), as_version=4)
+    maxima = {c.metadata.nbgrader.grade_id: c.metadata.nbgrader.points for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade")}
+    assert scored["reference"] == maxima and sum(maxima.values()) == 15
+    assert sum(scored["untouched"].values()) == 0
+    graded = nbformat.read(tmp_path / "autograded" / "reference" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    verdicts = [str(o.get("text", "")) + str(o.get("data", "")) for c in graded.cells
+                if c.metadata.get("nbgrader", {}).get("grade") for o in c.get("outputs", [])]
+    assert sum("проверено на эмуляторе GPU" in v for v in verdicts) == 9, verdicts  # 3 kernels x 3 run checks
+    assert not any("нужен GPU" in v for v in verdicts), verdicts
+

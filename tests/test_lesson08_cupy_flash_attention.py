@@ -1,4 +1,5 @@
-"""Lesson 08 on a machine without a GPU (CI): does nbgrader grade the compile check and only it?"""
+"""Lesson 08 on a machine without a GPU (CI): does nbgrader grade the compile check and only it (its run checks are
+not on the PTX emulator yet)?"""
 import numpy as np
 import pytest
 

@@ -58,11 +58,13 @@ def test_reference_kernels_keep_barriers_out_of_branches():
 
 
 @pytest.mark.skipif(gpu.gpu_status()[0], reason="with a GPU the run checks score too (tests/test_gpu_lessons.py)")
-def test_autograde_without_gpu_scores_the_compile_checks_only(tmp_path):
-    """Reference: the two compile points only, every run cell 0; the untouched notebook: 0."""
+def test_autograde_without_gpu_scores_the_compile_checks_and_the_mma_matmul_on_the_emulator(tmp_path):
+    """Reference: the two compile points and mma_matmul (run on the PTX emulator), every attention run cell 0
+    (not on the emulator yet); the untouched notebook: 0."""
     scored = scores_of_reference_and_untouched(LESSON, tmp_path)
     assert scored["reference"].pop("test_lesson09_mma_compiles") == 1
     assert scored["reference"].pop("test_lesson09_flash_compiles") == 1
+    assert scored["reference"].pop("test_lesson09_mma_matmul") == 2
     assert set(scored["reference"].values()) == {0}
     assert sum(scored["untouched"].values()) == 0
 
@@ -162,7 +164,8 @@ def test_causal_tile_fraction_is_below_the_bound(br, bc):
 
 def test_run_checks_need_a_gpu_and_say_so_without_one():
     """Does every run check of lesson 09 need a GPU, run without the address-space cap, and (without a GPU)
-    fail with "нужен GPU" and 0 points instead of passing?"""
+    fail with 0 points instead of passing: mma_matmul on the emulator, the attention checks with "нужен GPU"
+    (not on the emulator yet)?"""
     from autograder.checks.core import all_checks
     from autograder.notebook import run
 
@@ -176,7 +179,9 @@ def test_run_checks_need_a_gpu_and_say_so_without_one():
             assert check.memory_limit_gib is None
             if not gpu.gpu_status()[0]:
                 result = run(check_id, lambda *a, **k: None)
-                assert not result.passed and result.score == 0 and result.message.startswith("нужен GPU"), check_id
+                assert not result.passed and result.score == 0, check_id
+                expected = "проверено на эмуляторе GPU" if check_id == "lesson09.mma_matmul" else "нужен GPU"
+                assert expected in result.message, (check_id, result.message)
 
 
 def test_notebooks_open_in_colab_and_install_from_the_course_repository():

@@ -91,12 +91,19 @@ def test_the_gpu_part_makes_it_a_gpu_lesson_and_the_numpy_part_needs_none():
 
 @pytest.mark.skipif(__import__("autograder.gpu.runtime", fromlist=["gpu_status"]).gpu_status()[0],
                     reason="with a GPU the run checks really run")
-def test_without_a_gpu_the_run_checks_say_so_and_score_zero():
+def test_without_a_gpu_the_run_checks_run_on_the_emulator_and_the_timed_one_says_it_needs_a_gpu():
+    from autograder.checks.core import get_check
+    from autograder.gpu import runtime
     from autograder.notebook import run
 
     for check_id in ("lesson11.gpu_equivalence", "lesson11.gpu_splits", "lesson11.gpu_memory", "lesson11.gpu_speed"):
         result = run(check_id, lambda *a, **k: None)
-        assert not result.passed and result.score == 0 and result.message.startswith("нужен GPU"), check_id
+        assert not result.passed and result.score == 0, check_id
+        if check_id == "lesson11.gpu_speed":
+            assert result.message.startswith("нужен GPU") and "измеряет время" in result.message, result.message
+        else:
+            assert "проверено на эмуляторе GPU" in result.message, result.message
+    assert not runtime.scores_without_gpu(get_check("lesson11.gpu_speed"))
 
 
 

@@ -80,15 +80,31 @@ def test_a_sandboxed_check_sees_neither_the_course_nor_the_home_nor_the_network(
 
 
 @needs_bwrap
-def test_a_gpu_check_in_the_sandbox_without_a_gpu_still_says_it_needs_one(tmp_path):
+def test_a_gpu_check_in_the_sandbox_without_a_gpu_runs_on_the_emulator_or_says_it_needs_one(tmp_path, monkeypatch):
+    """Without a GPU a student's kernel (NVRTC, then the PTX emulator) runs inside the sandbox and passes; with the
+    emulator turned off the check says «нужен GPU».  Never a grader fault."""
+    from autograder.gpu import runtime
     from autograder.lessons.lesson06 import checks as lesson06_cuda_basics  # noqa: F401 - registers lesson06.*
 
-    scratch = tempfile.mkdtemp(prefix="autograder-sandbox-")
-    with isolation.sandboxed(sandbox.Sandbox(scratch=scratch)):
-        result = isolation.run_check("lesson06.scale_add", [cloudpickle.dumps(
-            student("def scale_add_gpu(a, x, y):\n    return a * x + y\n", "scale_add_gpu"))])
-    if not result.passed:
-        assert not result.grader_fault and result.message.startswith("нужен GPU"), result.message
+    if runtime.gpu_status()[0]:
+        pytest.skip("this machine has a GPU: the check runs there")
+    kernel = ('K = cp.RawKernel(r\'\'\'extern "C" __global__ void sa(float a, const float* x, const float* y, '
+              'float* out, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = a * x[i] + '
+              'y[i]; }\'\'\', "sa")\n'
+              "def scale_add_gpu(a, x, y):\n    out = cp.empty_like(x)\n"
+              "    K(((x.size + 255) // 256,), (256,), (cp.float32(a), x, y, out, cp.int32(x.size)))\n    return out\n")
+    from autograder.gpu import emulated_cupy
+
+    with runtime.stand_in():  # `cp` in a notebook without a GPU (runtime.choose_cupy)
+        on_emulator = cloudpickle.dumps(student(kernel, "scale_add_gpu", cp=emulated_cupy))
+    emulator_off = cloudpickle.dumps(student("def scale_add_gpu(a, x, y):\n    return a * x + y\n", "scale_add_gpu"))
+    for emulator, payload, expected in (("1", on_emulator, "проверено на эмуляторе GPU"),
+                                        ("0", emulator_off, "нужен GPU")):
+        monkeypatch.setenv(runtime.EMULATOR_ENV, emulator)
+        with isolation.sandboxed(sandbox.Sandbox(scratch=tempfile.mkdtemp(prefix="autograder-sandbox-"))):
+            result = isolation.run_check("lesson06.scale_add", [payload])
+        assert result.passed == (emulator == "1") and not result.grader_fault, result.message
+        assert expected in result.message, result.message
 
 
 LEAVES_A_DAEMON = """

@@ -58,6 +58,9 @@ class Check:
     memory_limit_gib: float | None = 4.0  # None: no address-space cap (GPU checks)
     needs_gpu: bool = False
     bonus: bool = False  # optional: not in the maximum, its points are extra credit
+    #: Called in the check's worker before the student's objects are unpickled (a GPU check without a GPU: the
+    #: emulator's stand-in takes ``cupy``'s place, as in the notebook that sent them).
+    before_payload: Callable[[], object] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,14 +108,14 @@ _REGISTRY: dict[str, Check] = {}
 
 def check(check_id: str, *, points: float, title: str, timeout_s: float = 30.0,
           memory_limit_gib: float | None = 4.0, needs_gpu: bool = False,
-          bonus: bool = False):
+          bonus: bool = False, before_payload: Callable[[], object] | None = None):
     """Register a check function under ``check_id`` (``lessonNN.name``)."""
 
     def register(function):
         if check_id in _REGISTRY and _REGISTRY[check_id].function.__qualname__ != function.__qualname__:
             raise ValueError(f"check id {check_id!r} registered twice")
         _REGISTRY[check_id] = Check(check_id, float(points), title, function, timeout_s,
-                                    memory_limit_gib, needs_gpu, bonus)
+                                    memory_limit_gib, needs_gpu, bonus, before_payload)
         return function
 
     return register

@@ -16,12 +16,13 @@ finding (out of bounds, misaligned, unsupported, timeout) raises :class:`Emulate
 error; the others (races, uninitialised shared reads, divergent barriers) are only recorded: whoever runs the
 code decides what they cost (a race must fail the check that ran it: lockstep hides races in the values).
 
-This is part 1's stand-in (the bank comparison, ``benchmarks/emulator_vs_h200.py``): :func:`installed` puts it
-in place of ``cupy`` and of the GPU runtime's device memory for the duration of a block.
+``autograder.gpu.runtime.stand_in`` puts it in place of ``cupy`` and of the GPU runtime's device memory (for a
+block: a GPU check run without a GPU, the bank comparison; for good: a notebook's ``cp`` without a GPU).  Device
+memory is counted as the GPU path counts it (:class:`DeviceAllocations`: every array the stand-in allocates); a
+check's findings become its failure through :func:`findings_message`.  Nothing here imports the grader.
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 import types
 
@@ -45,7 +46,7 @@ T4_PROPERTIES = {"name": b"Tesla T4 (emulated)", "major": 7, "minor": 5, "multiP
                  "sharedMemPerMultiprocessor": 64 * 1024, "l2CacheSize": 4 * 2**20, "totalGlobalMem": 15 * 2**30}
 
 #: ``cuda.Device().attributes`` and properties of an H200 where they differ from the T4's (227 KiB of shared
-#: memory per block, 132 SMs): for comparing with runs on the H200 (``installed("H200")``; PTX for compute_80,
+#: memory per block, 132 SMs): for comparing with runs on the H200 (``stand_in("H200")``; PTX for compute_80,
 #: the newest virtual architecture the emulator runs).
 H200_ATTRIBUTES = {**T4_ATTRIBUTES, "MaxSharedMemoryPerBlockOptin": 227 * 1024, "MultiProcessorCount": 132,
                    "MaxSharedMemoryPerMultiprocessor": 228 * 1024, "ComputeCapabilityMajor": 9,
@@ -59,14 +60,37 @@ _device_profile = DEVICES["T4"]
 
 #: Every launch since the last :func:`reset`: (kernel name, emulator result).
 LAUNCHES: list = []
+#: Whether the stand-in is in ``cupy``'s place (``autograder.gpu.runtime.stand_in``).
+ACTIVE = False
 
 
 class EmulatedFault(RuntimeError):
     """A kernel did what stops a GPU (an illegal address, a misaligned access) or what the emulator cannot run."""
 
 
+#: The allocation counters (:class:`DeviceAllocations`) open now: each new device array is counted in every one.
+_COUNTERS: list = []
+
+
 class ndarray(np.ndarray):
     """A device array: NumPy memory that stands for the GPU's."""
+
+    def __array_finalize__(self, obj):
+        # A new device allocation: memory NumPy allocated for this array (a copy, astype), or a fresh plain array
+        # this one wraps (what the stand-in's constructors — empty, zeros, asarray ... — make and view, an
+        # elementwise operation's result).  A view of a device array (a slice, .T, reshape) has that array as its
+        # base: nothing new.
+        if not _COUNTERS:
+            return
+        base = self.base
+        if base is None:
+            size = self.nbytes
+        elif type(base) is np.ndarray and base.base is None:
+            size = base.nbytes
+        else:
+            return
+        for counter in _COUNTERS:
+            counter.sizes.append(int(size))
 
     def get(self):
         return np.array(self, copy=True).view(np.ndarray)
@@ -121,6 +145,37 @@ def ones_like(a, dtype=None):
 
 def full(shape, fill_value, dtype=None):
     return np.full(shape, fill_value, dtype=dtype).view(ndarray)
+
+
+class DeviceAllocations:
+    """:class:`autograder.gpu.runtime.DeviceAllocations` on the stand-in: every device array made while the block
+    runs (``sizes``, ``total``, ``largest``).  No guard bytes: the emulator checks every access against its
+    allocation, and a stray one is a finding."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def __enter__(self):
+        _COUNTERS.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _COUNTERS.remove(self)
+        return False
+
+    def damaged_guards(self) -> list:
+        return []
+
+    def release(self) -> None:
+        pass
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def largest(self) -> int:
+        return max(self.sizes, default=0)
 
 
 class RawKernel:
@@ -246,46 +301,63 @@ def __getattr__(name: str):
     raise AttributeError(f"эмулятор GPU не поддерживает cupy.{name}: запустите эту ячейку на GPU (Colab)")
 
 
-# --- in place of CuPy and of the GPU runtime's device memory -------------------------------------
+# --- posing as a GPU; what a check that ran here says ----------------------------------------------
 
-@contextlib.contextmanager
-def installed(device: str = "T4"):
-    """``cupy`` is this module and the GPU runtime's device memory is the stand-in's, for the block; the GPU it
-    poses as is ``device`` (:data:`DEVICES`: its limits, which wrappers read, and the PTX architecture).
-
-    The runtime's guard bytes and allocator hook are CuPy internals; on the emulator every access is checked
-    against its allocation instead, so :func:`autograder.gpu.runtime.device` becomes a plain copy and
-    :func:`~autograder.gpu.runtime.run_student` a plain call that turns an :class:`EmulatedFault` into the check's
-    failure.
-    """
-    from ..checks.core import CheckFailed, call_student
-    from ..isolation import guard
-    from . import runtime
-
+def pose_as(device: str) -> str:
+    """Pose as ``device`` (:data:`DEVICES`: the limits wrappers read, the PTX architecture); the previous one."""
     global _device_profile
-    module = sys.modules[__name__]
-    previous_profile, _device_profile = _device_profile, DEVICES[device]
+    previous = next(name for name, profile in DEVICES.items() if profile is _device_profile)
+    _device_profile = DEVICES[device]
+    return previous
 
-    def run_student(function, *args, case: str, what: str, **kwargs):
-        try:
-            return call_student(function, *args, case=case, what=what, **kwargs)
-        except CheckFailed as failure:
-            raise CheckFailed(f"{failure} (проверено на эмуляторе GPU)") from None
 
-    saved = {name: getattr(runtime, name) for name in ("_cp", "device", "run_student", "require_gpu")}
-    saved_module = sys.modules.get("cupy")
-    sys.modules["cupy"] = module
-    runtime._cp, runtime.device, runtime.run_student = module, _device, run_student
-    runtime.require_gpu = lambda: None
-    guard.trust_grader_changes()
-    try:
-        yield module
-    finally:
-        for name, value in saved.items():
-            setattr(runtime, name, value)
-        if saved_module is None:
-            sys.modules.pop("cupy", None)
-        else:
-            sys.modules["cupy"] = saved_module
-        _device_profile = previous_profile
-        guard.trust_grader_changes()
+class _StandInModule(types.ModuleType):
+    """This module's type: it pickles (cloudpickle, a student's function that uses ``cp``) as a reference to
+    ``cupy``, as CuPy does, so that the worker that unpickles it (which installed the stand-in first,
+    ``runtime.use_emulator_without_gpu``) gives the function the stand-in again, and the guard sees no import of the
+    grader."""
+
+    def __reduce__(self):
+        import importlib
+
+        return importlib.import_module, ("cupy",)
+
+
+sys.modules[__name__].__class__ = _StandInModule
+# What a student's notebook may hold at its top level (a kernel, a device array) pickles by reference to ``cupy``
+# too, never to the grader's package (which the guard does not let student objects import).
+for _class in (ndarray, RawKernel, _Device, _Event):
+    _class.__module__ = "cupy"
+
+#: Said under every verdict of a check that ran on the emulator.
+EMULATED = "проверено на эмуляторе GPU"
+
+#: What to do about each kind of finding (the findings themselves say where).
+ADVICE = {
+    "race": "между записью в __shared__ одними потоками и чтением другими (после загрузки тайла, после записи "
+            "частичных сумм) или перед перезаписью тайла нужен __syncthreads()",
+    "global_race": "два потока пишут разные значения в один элемент: у каждого выходного элемента должен быть "
+                   "один поток-писатель (или atomicAdd)",
+    "uninitialized_shared": "ядро читает разделяемую память, в которую никто не писал: на GPU там мусор — "
+                            "проверьте границы цикла загрузки тайла и защиту хвоста",
+    "cp_async_pending": "чтение тайла до cp.async.wait_group / wait_all: дождитесь копирования, затем __syncthreads()",
+    "divergent_barrier": "__syncthreads() внутри if, который потоки блока проходят по-разному: вынесите барьер "
+                         "из ветвления",
+    "barrier_after_exit": "часть потоков вышла из ядра (return), а остальные ждут их на __syncthreads(): вместо "
+                          "раннего return оберните работу в if и дойдите до барьера всеми потоками",
+    "partial_warp_collective": "__shfl_sync / __ballot_sync / mma.sync вызваны не всеми потоками из маски: "
+                               "вызывайте их всем варпом, а лишние потоки отбрасывайте после",
+}
+
+
+def findings_message(found: list) -> str:
+    """The failure for a check whose launches had findings: the first of each kind, where, and what to do."""
+    first = {}
+    for finding in found:
+        first.setdefault(finding.kind, finding)
+    lines = [f"Эмулятор GPU нашёл в ядре ошибки, которые на GPU могли не изменить ответ ({len(found)} шт.):"]
+    for kind, finding in first.items():
+        lines.append(f"- {finding}" + (f"\n  Что сделать: {ADVICE[kind]}." if kind in ADVICE else ""))
+    lines.append("Совпадение с эталоном при этом ничего не доказывает: на эмуляторе потоки идут в другом порядке, "
+                 "чем на GPU, и гонка или чтение мусора могут не проявиться в числах ни там, ни там.")
+    return "\n".join(lines)

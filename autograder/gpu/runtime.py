@@ -2,9 +2,12 @@
 
 Compilation (no GPU needed) is :mod:`autograder.gpu.nvrtc`; compute-sanitizer is :mod:`autograder.gpu.sanitizer`.
 
-* :func:`gpu_check` registers a check that needs a GPU: on a machine without one it fails with
-  0 points and the message "нужен GPU", never passes.  Each check already runs in its own worker
-  process (:mod:`autograder.isolation.run`), so a kernel that faults or hangs costs only that check.
+* :func:`choose_cupy` is the notebooks' ``cp``: CuPy on a GPU, else the PTX emulator's stand-in for it
+  (:mod:`autograder.gpu.emulated_cupy`), unless :data:`EMULATOR_ENV` turns the emulator off.
+* :func:`gpu_check` registers a check that runs kernels: on a GPU there; without one on the emulator (its
+  findings fail the check; the verdict says «проверено на эмуляторе GPU»), except timed checks and those not
+  on the emulator yet, which fail with 0 points and «нужен GPU», never pass.  Each check already runs in its
+  own worker process (:mod:`autograder.isolation.run`), so a kernel that faults or hangs costs only that check.
 * :class:`DeviceAllocations` observes every device allocation through CuPy's allocator hook,
   fills it with NaN before student code sees it and surrounds it with guard bytes that are
   checked after the call (:func:`run_student` does this for every call of student code);
@@ -12,6 +15,7 @@ Compilation (no GPU needed) is :mod:`autograder.gpu.nvrtc`; compute-sanitizer is
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -52,7 +56,10 @@ _force_ptx_arch()
 
 
 def gpu_status() -> tuple[bool, str]:
-    """(True, description) on a machine with a usable CUDA GPU and CuPy, else (False, why not)."""
+    """(True, description) on a machine with a usable CUDA GPU and CuPy, else (False, why not).  The emulator's
+    stand-in (:func:`choose_cupy`) is not a GPU: with it in place this says why there is no real one."""
+    if emulated():
+        return False, _why_no_gpu
     if _cp is None:
         return False, "CuPy не установлен"
     try:
@@ -66,13 +73,129 @@ def gpu_status() -> tuple[bool, str]:
     return True, f"{name}, compute capability {props['major']}.{props['minor']}, CuPy {_cp.__version__}"
 
 
+#: Why there is no GPU, as :func:`gpu_status` said before the emulator's stand-in took ``cupy``'s place for good
+#: (:func:`use_emulator_without_gpu`), and that :func:`stand_in`.
+_why_no_gpu, _for_good = "GPU нет", None
+
+#: Whether GPU checks and the notebooks' ``cp`` run on the PTX emulator where there is no GPU: "1" (the default)
+#: or "0" (no ``cp``; GPU checks fail with «нужен GPU», 0 points).  ``course autograde`` and nbgrader set it from
+#: ``nbgrader_config.py`` (``IsolatedExecute.gpu_emulator``).
+EMULATOR_ENV = "AUTOGRADER_GPU_EMULATOR"
+
+
+def emulator_allowed() -> bool:
+    return os.environ.get(EMULATOR_ENV, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def emulated() -> bool:
+    """Whether the CuPy stand-in of the emulator is in place now (a notebook without a GPU, a check run there)."""
+    from . import emulated_cupy
+
+    return emulated_cupy.ACTIVE
+
+
+EMULATOR_LINE = ("GPU нет ({why}): ядра запускаются на эмуляторе GPU, который изображает NVIDIA T4 (GPU бесплатного "
+                 "Colab). Он выполняет ядро поток за потоком, проверяет каждое обращение к памяти и гонки, но не "
+                 "измеряет время; ячейки с замерами скорости пропускаются.")
+
+
 def describe_gpu() -> str:
-    """One line for the notebooks: which GPU the checks will use, or why there is none."""
+    """One line for the notebooks: which GPU the kernels run on, the emulator, or why neither."""
     ok, text = gpu_status()
     if ok:
-        return f"GPU: {text}"
-    return (f"GPU недоступен: {text}. Ядро всё равно компилируется (NVRTC) и проверяется на ошибки; "
-            "проверки запуска покажут «нужен GPU» (0 баллов). Откройте ноутбук в Colab с GPU.")
+        return f"GPU: {text}. Ядра запускаются на нём."
+    if emulated() or emulator_allowed():
+        return EMULATOR_LINE.format(why=text)
+    return (f"GPU недоступен: {text}, а эмулятор GPU выключен ({EMULATOR_ENV}=0). Ядро всё равно компилируется "
+            "(NVRTC) и проверяется на ошибки; проверки запуска покажут «нужен GPU» (0 баллов). Откройте ноутбук "
+            "в Colab с GPU.")
+
+
+@contextlib.contextmanager
+def stand_in(device: str = "T4"):
+    """For the block, ``cupy`` is the PTX emulator's stand-in (:mod:`autograder.gpu.emulated_cupy`, posing as
+    ``device``: its limits, which wrappers read, and its PTX architecture) and so is this module's device memory.
+
+    The guard bytes and allocator hook of the GPU path are CuPy internals; on the emulator every access is checked
+    against its allocation instead, so :func:`device` becomes a plain copy, :func:`run_student` a plain call that
+    says the verdict is the emulator's, and :class:`DeviceAllocations` the stand-in's counter of its arrays.
+    """
+    import sys
+
+    from ..isolation import guard
+    from . import emulated_cupy
+
+    def plain_call(function, *args, case: str, what: str, **kwargs):
+        try:
+            return call_student(function, *args, case=case, what=what, **kwargs)
+        except CheckFailed as failure:
+            raise CheckFailed(f"{failure} ({emulated_cupy.EMULATED})") from None
+
+    here = sys.modules[__name__]
+    replaced = {"_cp": emulated_cupy, "device": emulated_cupy._device, "run_student": plain_call,
+                "require_gpu": lambda: None, "DeviceAllocations": emulated_cupy.DeviceAllocations}
+    saved = {name: getattr(here, name) for name in replaced}
+    saved_module, was_active = sys.modules.get("cupy"), emulated_cupy.ACTIVE
+    previous_device = emulated_cupy.pose_as(device)
+    sys.modules["cupy"] = emulated_cupy
+    for name, value in replaced.items():
+        setattr(here, name, value)
+    emulated_cupy.ACTIVE = True
+    guard.trust_grader_changes()  # the guard restores these modules after student code: this is the grader's
+    try:
+        yield emulated_cupy
+    finally:
+        for name, value in saved.items():
+            setattr(here, name, value)
+        if saved_module is None:
+            sys.modules.pop("cupy", None)
+        else:
+            sys.modules["cupy"] = saved_module
+        emulated_cupy.pose_as(previous_device)
+        emulated_cupy.ACTIVE = was_active
+        guard.trust_grader_changes()
+
+
+def use_emulator_without_gpu() -> tuple[bool, str]:
+    """(whether there is a GPU, why not); without one, the emulator allowed, :func:`stand_in` (a T4) for the rest
+    of the process.  Called by :func:`choose_cupy` (a notebook) and, through ``before_payload`` of every GPU check,
+    by its worker before it unpickles the student's objects (the stand-in's module pickles as ``cupy``)."""
+    global _why_no_gpu, _for_good
+    ok, why = gpu_status()
+    if not ok and not emulated() and emulator_allowed():
+        _why_no_gpu, _for_good = why, stand_in("T4")  # kept: a collected generator would put CuPy back
+        _for_good.__enter__()
+    return ok, why
+
+
+def run_on_emulator(function, *args, **kwargs) -> str:
+    """A GPU check's body on the stand-in (posing as a T4, unless it is in place already): its verdict, failed
+    when any launch had a finding (lockstep hides races in the values), every verdict saying it ran there."""
+    from . import emulated_cupy
+
+    mark = emulated_cupy.EMULATED
+    with contextlib.nullcontext() if emulated() else stand_in("T4"):
+        emulated_cupy.reset()
+        try:
+            detail = function(*args, **kwargs)
+        except CheckFailed as failure:
+            text = str(failure)
+            raise CheckFailed(text if mark in text else f"{text} ({mark})") from None
+        except emulated_cupy.EmulatedFault as fault:
+            raise CheckFailed(f"{fault} ({mark})") from None
+        found = emulated_cupy.findings()
+    if found:
+        raise CheckFailed(f"{emulated_cupy.findings_message(found)}\n({mark})")
+    return f"{detail} ({mark})" if detail else f"({mark})"
+
+
+def choose_cupy():
+    """The notebooks' ``cp``: CuPy on a machine with a GPU, else the PTX emulator's stand-in for it
+    (:mod:`autograder.gpu.emulated_cupy`, posing as a T4; None when :data:`EMULATOR_ENV` turns it off).
+    Prints one line that says which."""
+    ok, _ = use_emulator_without_gpu()
+    print(describe_gpu())
+    return _cp if ok or emulated() else None
 
 
 def require_gpu() -> None:
@@ -97,17 +220,44 @@ def _warm_up() -> None:
     _cp.cuda.Device().synchronize()
 
 
-def gpu_check(check_id: str, *, points: float, title: str, timeout_s: float = 60.0):
-    """Register a check that runs kernels: no address-space cap, and "нужен GPU" without one."""
+TIMED_WITHOUT_GPU = ("нужен GPU: {why}. Эта проверка измеряет время ядра, а эмулятор GPU проверяет, что ядро "
+                     "считает верно, но не моделирует его скорость, поэтому без GPU она даёт 0 баллов. Запустите "
+                     "ноутбук на GPU (Colab: Среда выполнения → Сменить среду выполнения → GPU).")
+NOT_ON_EMULATOR = ("нужен GPU: {why}. Эта проверка пока не запускается на эмуляторе GPU (её случаи слишком велики "
+                   "для него), поэтому без GPU она даёт 0 баллов. Запустите ноутбук на GPU (Colab: Среда "
+                   "выполнения → Сменить среду выполнения → GPU).")
+
+
+def gpu_check(check_id: str, *, points: float, title: str, timeout_s: float = 60.0, timed: bool = False,
+              emulator: bool = True):
+    """Register a check that runs kernels (no address-space cap).
+
+    On a GPU it runs there.  Without one it runs on the PTX emulator (:func:`run_on_emulator`: the
+    stand-in posing as a T4, any launch's finding failing the check, each verdict saying so), except that a
+    ``timed`` check fails (the emulator has no clock: 0 points, and why) and so does one with ``emulator=False``
+    (cases too large for the emulator yet) or with the emulator turned off (:data:`EMULATOR_ENV`): «нужен GPU»,
+    never a pass.  (A caller that runs a check's body on the stand-in on purpose, such as the bank comparison,
+    calls ``get_check(id).function.__wrapped__``.)"""
 
     def register(function):
         @functools.wraps(function)
         def run(*args, **kwargs):
-            require_gpu()
+            ok, why = gpu_status()
+            if ok:
+                require_gpu()
+                return function(*args, **kwargs)
+            if timed:
+                raise CheckFailed(TIMED_WITHOUT_GPU.format(why=why))
+            if emulator and emulator_allowed():
+                return run_on_emulator(function, *args, **kwargs)
+            if emulator_allowed():
+                raise CheckFailed(NOT_ON_EMULATOR.format(why=why))
+            require_gpu()  # raises: «нужен GPU»
             return function(*args, **kwargs)
 
-        return check(check_id, points=points, title=title, timeout_s=timeout_s,
-                     memory_limit_gib=None, needs_gpu=True)(run)
+        run.on_emulator = emulator and not timed  # read by scores_without_gpu
+        return check(check_id, points=points, title=title, timeout_s=timeout_s, memory_limit_gib=None,
+                     needs_gpu=True, before_payload=use_emulator_without_gpu)(run)
 
     return register
 
@@ -415,4 +565,11 @@ def copy_bandwidth(nbytes: int = 2**30) -> float:
     del src, dst
     return 2 * nbytes / (ms * 1e-3)
 
+
+def scores_without_gpu(check) -> bool:
+    """Whether a registered check can pass on a machine without a GPU: a CPU check, or a GPU check that runs on
+    the emulator (not timed, not kept off it) while the emulator is allowed."""
+    if not check.needs_gpu:
+        return True
+    return getattr(check.function, "on_emulator", False) and emulator_allowed()
 

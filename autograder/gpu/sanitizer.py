@@ -96,7 +96,8 @@ def sanitize(function, inputs: str, case: dict, *, tool: str = "racecheck", time
 RUN_ONCE = "sanitizer.run_once"
 
 
-@gpu.gpu_check(RUN_ONCE, points=0, title="один запуск функции студента под compute-sanitizer", timeout_s=75.0)
+@gpu.gpu_check(RUN_ONCE, points=0, title="один запуск функции студента под compute-sanitizer", timeout_s=75.0,
+              emulator=False)  # compute-sanitizer needs the GPU; on the emulator sanitizer_verdict runs no tool
 def run_once(function, cases):
     """Inside compute-sanitizer: build the inputs, run the student's function once, wait for its kernels."""
     import importlib
@@ -135,7 +136,17 @@ def sanitizer_check(function, inputs: str, case_args: dict, case: str, *, races:
 def sanitizer_verdict(function, inputs: str, cases, check_values, *, races: bool, params=None) -> str:
     """The compute-sanitizer check of a GPU lesson: for each case its values first (``check_values(case)``),
     then :func:`sanitizer_check` with ``inputs`` built from the case (only its ``params`` where given).
-    Returns the verdict's detail: "compute-sanitizer — memcheck: 0 ошибок, racecheck: 0 гонок"."""
+    Returns the verdict's detail: "compute-sanitizer — memcheck: 0 ошибок, racecheck: 0 гонок".
+
+    On the PTX emulator (no GPU) the cases run there instead: its bounds, race and initialisation checks look at
+    every access of every launch, and any finding fails the check (:func:`~.runtime.run_on_emulator`)."""
+    from .runtime import emulated
+
+    if emulated():
+        for c in cases:
+            check_values(c)
+        return ("эмулятор GPU вместо compute-sanitizer: ни одного обращения за границы, гонки в разделяемой "
+                "памяти или чтения неинициализированной памяти")
     done = []
     for c in cases:
         check_values(c)

@@ -147,6 +147,8 @@ def _prepare(request: dict, reply_fd: int, nonce: str):
     from ..checks.core import CheckFailed, GraderFault, get_check, shorten
 
     check = get_check(request["check_id"])
+    if check.before_payload is not None:  # e.g. a GPU check without a GPU: `cp` must unpickle as the stand-in
+        check.before_payload()
     _line(reply_fd, nonce, STAGE + "check")
     guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB, request.get("max_processes"))
     guard.install(gpu=check.needs_gpu, secret_dirs=request.get("secret_dirs", ()),

@@ -127,12 +127,17 @@ def register_checks(lesson: str, check_case, memory, report, *, hints: dict, ver
     def sanitizer(fn, cases=({"H": 1, "n": 100, "d": 64, "seed": 12},)):
         return sanitizer_verdict(fn, inputs, cases, lambda c: check_case(fn, c, causal=False), races=True)
 
-    gpu.gpu_check(f"{lesson}.equivalence", points=3, title="GPU: совпадение с эталоном float64 (без маски)")(
-        equivalence)
-    gpu.gpu_check(f"{lesson}.tails", points=2, title="GPU: n не кратно размеру тайла")(tails)
-    gpu.gpu_check(f"{lesson}.causal", points=2, title="GPU: causal-маска совпадает с эталоном")(causal)
-    gpu.gpu_check(f"{lesson}.memory", points=1, title="GPU: нет выделений размера (n, n)")(memory_check)
+    # Not on the PTX emulator yet (emulator=False: «нужен GPU» without one): their hidden cases (n up to 4096)
+    # take minutes there; cases sized for the emulator come next (issue 27).
+    on_emulator = False
+    gpu.gpu_check(f"{lesson}.equivalence", points=3, title="GPU: совпадение с эталоном float64 (без маски)",
+                  emulator=on_emulator)(equivalence)
+    gpu.gpu_check(f"{lesson}.tails", points=2, title="GPU: n не кратно размеру тайла", emulator=on_emulator)(tails)
+    gpu.gpu_check(f"{lesson}.causal", points=2, title="GPU: causal-маска совпадает с эталоном",
+                  emulator=on_emulator)(causal)
+    gpu.gpu_check(f"{lesson}.memory", points=1, title="GPU: нет выделений размера (n, n)",
+                  emulator=on_emulator)(memory_check)
     gpu.gpu_check(f"{lesson}.causal_skip", points=2, title="GPU: causal пропускает тайлы над диагональю (счётчик)",
-                  timeout_s=120)(causal_skip)
-    gpu.gpu_check(f"{lesson}.sanitizer", points=1, timeout_s=150,
+                  timeout_s=120, emulator=on_emulator)(causal_skip)
+    gpu.gpu_check(f"{lesson}.sanitizer", points=1, timeout_s=150, emulator=on_emulator,
                   title="GPU: нет выходов за границы и гонок (compute-sanitizer memcheck, racecheck)")(sanitizer)

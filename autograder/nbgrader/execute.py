@@ -30,7 +30,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Enum, Float, Integer, List, Unicode
+from traitlets import Bool, Enum, Float, Integer, List, Unicode
 
 from ..isolation import run as isolation
 from ..isolation import sandbox as sandbox_module
@@ -38,6 +38,7 @@ from ..checks import verdicts as verdicts_module
 from .cells import GradeCall, is_test_cell, parse_grade_cell
 from ..checks.core import CheckResult, get_check, is_bonus, shorten, skipped_bonus, skipped_bonus_line
 from ..isolation.run import run_check
+from ..gpu.runtime import EMULATOR_ENV
 
 
 EXPORT_CODE = """\
@@ -180,7 +181,15 @@ class IsolatedExecute(Execute):
              "uses it (one warning line per run)."
     ).tag(config=True)
 
+    gpu_emulator = Bool(
+        True, help="On a grading machine without a GPU, the GPU lessons' kernels run on the PTX emulator and its "
+                   "verdicts count (True), or every check that runs a kernel fails with «нужен GPU», 0 points "
+                   "(False). A GPU, where there is one, is always used; timed checks always need it."
+    ).tag(config=True)
+
     def preprocess(self, nb, resources=None, km=None):
+        # the student's kernel and every check's worker inherit this (autograder.gpu.runtime.emulator_allowed)
+        os.environ[EMULATOR_ENV] = "1" if self.gpu_emulator else "0"
         # The kernel starts in an empty folder and moves into the submission only once hardened:
         # a file beside the notebook (numpy.py, autograder.py, ipython_config.py) runs before
         # nothing and shadows nothing (guard.install_kernel).

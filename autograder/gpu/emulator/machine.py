@@ -56,8 +56,8 @@ import numpy as np
 
 from .errors import Unsupported
 from .findings import FATAL, Finding
-from .memory import (GLOBAL_BASE, LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE, GlobalArena, LocalMemory,
-                     SharedMemory, allocation_of, demangle)
+from .memory import (EPOCH_SHIFT, GLOBAL_BASE, LOCAL_WINDOW, SHARED_WINDOW, WEP_SHIFT, WINDOW_SIZE, GlobalArena,
+                     LocalMemory, SharedMemory, allocation_of, demangle)
 from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op, _writes, derived
 from .ptx import TYPE_BITS, Kernel
 from .rounding import nnz
@@ -288,7 +288,6 @@ class Machine:
 
     def update_keys(self):
         """The shadow-memory keys of the lanes: block epoch, warp-sync count and thread (memory.py's layout)."""
-        from .memory import EPOCH_SHIFT, WEP_SHIFT
         self.lane_ep = self.shared.epoch[self.slot] << EPOCH_SHIFT
         self.lane_key = self.lane_ep | (self.wep << WEP_SHIFT) | (self.tid + 1)
         self._info = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import Unsupported
+from .ops_memory import _address
 from .program import PLAIN, Op, opcode
 
 _HINTS = ("ca", "cg", "shared", "global", "shared::cta", "L2::64B", "L2::128B", "L2::256B", "L2::cache_hint")
@@ -42,8 +43,6 @@ def build_cp(ins, c):
         return Op(PLAIN, wait)
     if "shared" not in rest and "shared::cta" not in rest or "global" not in rest or set(rest) - set(_HINTS):
         raise Unsupported("cp.async form " + ".".join(rest))
-    from .ops_memory import _address
-
     ops = ins.operands
     if len(ops) not in (3, 4) or ops[2].kind != "imm" or ops[2].value not in (4, 8, 16):
         raise Unsupported("cp.async operands")

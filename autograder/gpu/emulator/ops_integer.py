@@ -12,6 +12,7 @@ import numpy as np
 from .errors import Unsupported
 from .program import DTYPE, PLAIN, SIGNED, UNSIGNED, Op, is_signed, opcode
 from .ptx import TYPE_BITS
+from .rounding import ftz32
 
 _INT = ("b8", "u8", "s8", "b16", "u16", "s16", "b32", "u32", "s32", "b64", "u64", "s64")
 
@@ -487,7 +488,6 @@ def build_setp(ins, c):
     q = c.dst(dest.pair, "pred") if dest.pair is not None else None
     a, b = c.src(ins.operands[1], t), c.src(ins.operands[2], t)
     if "ftz" in ins.parts and t == "f32":
-        from .rounding import ftz32
         a0, b0 = a, b
         a, b = (lambda: ftz32(a0())), (lambda: ftz32(b0()))
     cpred = c.src(ins.operands[3], "pred") if boolop else None

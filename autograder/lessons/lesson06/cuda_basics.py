@@ -6,6 +6,9 @@
   ``benchmarks/gpu_kernels.py`` runs them on an H200 and the lesson quotes that run.
 * The ``plot_*`` functions draw, from the index arithmetic alone (no GPU needed), which block and
   thread own which element - the pictures GPU-Puzzles draws beside each exercise.
+* :data:`BUGGY_KERNELS` and :func:`emulator_report`: two kernels with the bugs compute-sanitizer exists for (no tail
+  guard, a missing barrier) and what the PTX emulator says of them, on any machine;
+  ``benchmarks/sanitizer_vs_emulator.py`` puts compute-sanitizer's report on an H200 beside it.
 """
 from __future__ import annotations
 
@@ -52,7 +55,8 @@ def device_facts() -> dict | None:
 
 
 def describe_gpu() -> None:
-    """Print the student's GPU next to the T4 and the H200 (or say there is none)."""
+    """Print the student's GPU next to the T4 and the H200 (the setup cell's ``choose_cupy`` said whether there
+    is one)."""
     mine = device_facts()
     columns = dict(REFERENCE_GPUS)
     if mine is not None:
@@ -61,8 +65,6 @@ def describe_gpu() -> None:
     print(f"{'':<{width}}" + "".join(f"{name[:22]:>24}" for name in columns))
     for key in FACT_KEYS:
         print(f"{key:<{width}}" + "".join(f"{str(col.get(key, '—')):>24}" for col in columns.values()))
-    if mine is None:
-        print("\n" + gpu.describe_gpu())
 
 
 # --- measurements (need a GPU) ---------------------------------------------------------------
@@ -305,3 +307,70 @@ def plot_memory_hierarchy(ax=None):
     ax.set_title("Иерархия памяти GPU (размеры — по документации NVIDIA; источники в autograder/cuda_basics.py)",
                  fontsize=10)
     return ax
+
+
+# --- the emulator's report of two classic bugs (section 7) ----------------------------------------------------
+
+#: name -> (CUDA source, kernel, what the launch is): the two bugs compute-sanitizer's memcheck and racecheck exist
+#: for, each as small as it gets.  :func:`emulator_report` launches them; the H200's compute-sanitizer output for
+#: the same launches is ``benchmarks/results/sanitizer_vs_emulator_h200.json``.
+BUGGY_KERNELS = {
+    "scale_add без защиты хвоста": (r'''
+extern "C" __global__ void scale_add_no_guard(float a, const float* x, const float* y, float* out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[i] = a * x[i] + y[i];   // нет if (i < n): потоки 1000..1023 последнего блока читают за концом x
+}
+''', "scale_add_no_guard", "n = 1000, блоки по 256 потоков: 4 блока, 1024 потока"),
+    "row_sums без барьера": (r'''
+extern "C" __global__ void row_sums_no_barrier(const float* x, float* out, int D)
+{
+    __shared__ float partial[256];
+    const float* row = x + (size_t)blockIdx.x * D;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) s += row[j];
+    partial[threadIdx.x] = s;
+    // здесь нужен __syncthreads(): дерево ниже читает partial[] других варпов
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}
+''', "row_sums_no_barrier", "T = 4 строки по D = 1000, блок из 256 потоков на строку"),
+}
+
+
+def launch_buggy(cp, name: str):
+    """Launch :data:`BUGGY_KERNELS` ``name`` with CuPy ``cp`` (real, or the emulator's stand-in); its output."""
+    source, kernel, _ = BUGGY_KERNELS[name]
+    function = cp.RawKernel(source, kernel)
+    if kernel == "scale_add_no_guard":
+        n = 1000
+        x, y = cp.arange(n, dtype=cp.float32), cp.ones(n, dtype=cp.float32)
+        out = cp.empty(n, dtype=cp.float32)
+        function(((n + 255) // 256,), (256,), (cp.float32(2.0), x, y, out, cp.int32(n)))
+    else:
+        T, D = 4, 1000
+        x = cp.asarray(np.ones((T, D), dtype=np.float32))
+        out = cp.empty(T, dtype=cp.float32)
+        function((T,), (256,), (x, out, cp.int32(D)))
+    return out
+
+
+def emulator_report(name: str) -> str:
+    """What the PTX emulator says of :data:`BUGGY_KERNELS` ``name`` (run here, on the CPU, posing as a T4)."""
+    from ...gpu import emulated_cupy
+
+    with gpu.stand_in("T4") as cp:
+        emulated_cupy.reset()
+        try:
+            out = launch_buggy(cp, name)
+        except emulated_cupy.EmulatedFault as fault:
+            return f"ядро остановлено, как остановился бы GPU с ошибкой CUDA:\n{fault}"
+        found = emulated_cupy.findings()
+        values = ", ".join(f"{v:g}" for v in out.get()[:4])
+    if not found:
+        return f"находок нет; результат: {values}"
+    return f"результат: {values} — верный, но:\n{emulated_cupy.findings_message(found)}"
+

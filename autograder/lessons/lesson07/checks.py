@@ -134,7 +134,7 @@ def naive_rms_norm(x, w, eps=1e-6):
     return x / gpu._cp.sqrt(gpu._cp.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-@gpu.gpu_check("lesson07.speed", points=2,
+@gpu.gpu_check("lesson07.speed", points=2, timed=True,
                title=f"GPU: не меньше чем в {SPEEDUP_REQUIRED:g} раза быстрее наивной версии на CuPy")
 def speed(fused_rms_norm_gpu, cases=({"T": 8192, "D": 4096, "seed": 9},)):
     for c in cases:

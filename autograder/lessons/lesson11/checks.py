@@ -541,7 +541,7 @@ def speed_inputs(B: int, length: int, seed: int, Hq: int = 16, Hkv: int = 8, d: 
     return uniform((B, Hq, d)), uniform((P, page_size, Hkv, d)), uniform((P, page_size, Hkv, d)), table, lengths
 
 
-@gpu.gpu_check("lesson11.gpu_speed", points=2, timeout_s=120,
+@gpu.gpu_check("lesson11.gpu_speed", points=2, timeout_s=120, timed=True,
                title=f"GPU: скорость — не меньше {int(SPEED_SHARE * 100)} % от пропускной способности копирования")
 def gpu_speed(paged_decode_gpu, cases=SPEED_CASES):
     lines = []
