@@ -29,6 +29,7 @@ import types
 import numpy as np
 
 from . import nvrtc
+from .allocations import AllocationSizes
 from .emulator import launch
 from .emulator.findings import FATAL
 
@@ -147,7 +148,7 @@ def full(shape, fill_value, dtype=None):
     return np.full(shape, fill_value, dtype=dtype).view(ndarray)
 
 
-class DeviceAllocations:
+class DeviceAllocations(AllocationSizes):
     """:class:`autograder.gpu.runtime.DeviceAllocations` on the stand-in: every device array made while the block
     runs (``sizes``, ``total``, ``largest``).  No guard bytes: the emulator checks every access against its
     allocation, and a stray one is a finding."""
@@ -168,14 +169,6 @@ class DeviceAllocations:
 
     def release(self) -> None:
         pass
-
-    @property
-    def total(self) -> int:
-        return sum(self.sizes)
-
-    @property
-    def largest(self) -> int:
-        return max(self.sizes, default=0)
 
 
 class RawKernel:

@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from ..checks.core import CheckFailed, call_student, check, describe_case, shorten
+from .allocations import AllocationSizes
 
 try:  # imported before any student code runs (the worker imports the check module first)
     import cupy as _cp
@@ -401,7 +402,7 @@ GUARD_BYTES = 256  # before and after every allocation; 256 keeps CuPy's alignme
 POISON = 0xFF      # every byte 0xFF: each float32 / float64 is a NaN, each int32 is -1
 
 
-class DeviceAllocations:
+class DeviceAllocations(AllocationSizes):
     """Every allocation made through CuPy while the block runs: count, total and largest bytes.
 
     CuPy allocates all arrays through one allocator function; the hook wraps the default memory
@@ -464,14 +465,6 @@ class DeviceAllocations:
 
     def release(self) -> None:
         self.blocks.clear()
-
-    @property
-    def total(self) -> int:
-        return sum(self.sizes)
-
-    @property
-    def largest(self) -> int:
-        return max(self.sizes, default=0)
 
 
 class _GuardedInputs:
