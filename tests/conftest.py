@@ -97,6 +97,7 @@ E2E_TESTS = {
     "test_sandbox.py": {"test_course_grade_of_ones_own_notebook_goes_on_without_the_sandbox_with_one_line"},
     # grading.grade_notebooks: the real nbgrader autograde
     "test_lesson06_cuda_basics.py": {"test_autograde_without_gpu_gives_the_reference_full_marks_on_the_emulator"},
+    "test_lesson11_flash_decoding.py": {"test_autograde_without_gpu_gives_the_reference_full_marks_but_the_timed_cell"},
     "test_lesson07_cupy_rmsnorm.py": {"test_autograde_without_gpu_scores_everything_but_the_timed_check_on_the_emulator"},
     "test_lesson08_cupy_flash_attention.py": {"test_autograde_without_gpu_scores_the_compile_check_only"},
     "test_lesson09_tensor_cores.py": {
@@ -128,3 +129,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.bank)
         for n in sorted(lessons_of(item)):
             item.add_marker(pytest.mark.lesson(n=n))
+
+
+@pytest.fixture(autouse=True)
+def _no_emulator_left_in_place():
+    """A notebook's setup cell run in this process (``cp = choose_cupy()`` of a GPU lesson, e.g. through a bank's
+    namespace) puts the emulator's stand-in in ``cupy``'s place for good, as it should in a notebook; every test
+    starts without it."""
+    yield
+    from autograder.gpu import runtime
+
+    runtime.stop_using_emulator()
+

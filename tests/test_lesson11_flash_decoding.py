@@ -136,3 +136,22 @@ def test_bytes_without_the_element_size_are_named_as_such():
 
     result = run("lesson11.traffic", elements_not_bytes)
     assert not result.passed and "забыт размер элемента" in result.message, result.message
+
+
+@pytest.mark.skipif(__import__("autograder.gpu.runtime", fromlist=["gpu_status"]).gpu_status()[0],
+                    reason="with a GPU the run checks run there (tests/test_gpu_lessons.py)")
+def test_autograde_without_gpu_gives_the_reference_full_marks_but_the_timed_cell(tmp_path):
+    """The real nbgrader autograde on a machine without a GPU: the reference's GPU part runs on the PTX emulator and
+    scores, but the speed cell (0, «нужен GPU»); the untouched notebook gets 0."""
+    import nbformat
+
+    from helpers import scores_of_reference_and_untouched
+
+    scored = scores_of_reference_and_untouched(LESSON, tmp_path)
+    nb = nbformat.read(course.source_notebook(LESSON), as_version=4)
+    maxima = {c.metadata.nbgrader.grade_id: c.metadata.nbgrader.points for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade")}
+    assert scored["reference"].pop("test_lesson11_gpu_speed") == 0
+    assert scored["reference"] == {cell: points for cell, points in maxima.items() if cell != "test_lesson11_gpu_speed"}
+    assert sum(scored["untouched"].values()) == 0
+

@@ -108,6 +108,32 @@ def test_merge_records_notebooks_graded_on_another_machine(graded, tmp_path):
     assert grading.read_grades(folder, LESSON, graded["students"]) == graded["serial"]
 
 
+def test_a_merge_over_earlier_grades_is_authoritative_and_lists_the_verdicts_it_changed(graded, tmp_path):
+    """The class graded once (e.g. on the PTX emulator), then a GPU machine's grading merged over it: the new scores
+    are recorded, and the summary names every test cell whose verdict changed."""
+    import shutil
+
+    folder = class_course(tmp_path / "class", submissions())
+    serial = graded["base"] / "serial" / "autograded"
+    first = parallel.merge(folder, serial, progress=False)
+    assert not first.failed and first.changed == {}, first.text()  # nothing was recorded before
+    other = tmp_path / "other_machine"
+    shutil.copytree(serial, other)
+    path = other / "reference" / LESSON / f"{LESSON}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_lesson02_memory"]
+    cell.outputs = [nbformat.v4.new_output("error", ename="CheckFailed", evalue="на другой машине", traceback=[])]
+    nbformat.write(nb, path)
+    again = parallel.merge(folder, other, progress=False)
+    (old,) = [g.score for g in graded["serial"]["reference"] if g.cell == "test_lesson02_memory"]
+    assert old > 0 and again.changed[course_folder.Submission(LESSON, "reference")] == (
+        [f"test_lesson02_memory: {old:g} → 0"], 0)
+    assert all(not cells for sub, (cells, _) in again.changed.items() if sub.student != "reference")
+    assert f"reference/{LESSON}: test_lesson02_memory: {old:g} → 0" in again.text()
+    scores = {g.cell: g.score for g in grading.read_grades(folder, LESSON, ["reference"])["reference"]}
+    assert scores["test_lesson02_memory"] == 0
+
+
 def test_merge_refuses_a_notebook_graded_from_another_submission(graded, tmp_path):
     """Is a graded notebook whose answers differ from submitted/ refused, and nothing recorded?"""
     notebooks = submissions()

@@ -51,7 +51,7 @@ from .folder import CourseFolder, Submission, find_submissions, require_gradeboo
 from .folder import load as load_course_folder
 from ..nbgrader import submission as submission_module
 from .record import (Outcome, Summary, keep_logs, last_error, record_graded, auto_scores, backup_sqlite,
-                     record, run_autograde)
+                     changed_verdicts, record, recorded_scores, run_autograde)
 
 
 LOCK_NAME = ".course-autograde.lock"
@@ -390,8 +390,12 @@ def merge(folder: Path | str, autograded: Path | str, lessons: Iterable[str] = (
                         if not course.submitted(sub).is_dir():
                             outcomes.append(Outcome(sub, None, f"нет сданной работы {course.submitted(sub)}"))
                         else:
+                            before = recorded_scores(course, sub)
                             with _critical(state):
                                 outcomes.append(record(course, sub, autograded))
+                            if before and outcomes[-1].ok:  # the merged grading is authoritative: say what it changed
+                                notebook = next((autograded / sub.student / sub.lesson).glob("*.ipynb"))
+                                summary.changed[sub] = changed_verdicts(before, outcomes[-1].scores, notebook)
                         bar.update(1)
         except Stopped as stop:
             summary.stopped = str(stop)

@@ -115,6 +115,40 @@ def auto_scores(db_url: str, sub: Submission) -> dict[tuple[str, str], float]:
         return {(nb.name, g.name): g.auto_score for nb in submission.notebooks for g in nb.grades}
 
 
+def recorded_scores(course: CourseFolder, sub: Submission) -> dict[tuple[str, str], float]:
+    """What the class gradebook holds for a submission now ({} if it was never graded)."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        return {cell: score for cell, score in auto_scores(course.coursedir().db_url, sub).items()
+                if score is not None}
+    except MissingEntry:
+        return {}
+
+
+def changed_verdicts(before: dict, after: dict, graded_notebook: Path) -> tuple[list[str], int]:
+    """The test cells whose score a new grading changed: ("cell: old → new", ...), and how many more changed only
+    because their checks need a GPU (timed, or not run on the emulator), which a grading without one scores 0."""
+    from ..checks.core import get_check
+    from ..gpu.runtime import scores_without_gpu
+
+    needs_gpu = set()
+    for cell in nbformat.read(graded_notebook, as_version=4).cells:
+        calls = cells.parse_grade_cell(cell.source) if cells.grade_id(cell) else None
+        if calls and not all(scores_without_gpu(get_check(c.check_id)) for c in calls):
+            needs_gpu.add(cells.grade_id(cell))
+    listed, by_design = [], 0
+    for (notebook, cell), old in sorted(before.items()):
+        new = after.get((notebook, cell))
+        if new is None or new == old:
+            continue
+        if cell in needs_gpu:
+            by_design += 1
+        else:
+            listed.append(f"{cell}: {old:g} → {new:g}")
+    return listed, by_design
+
+
 def record(course: CourseFolder, sub: Submission, directory: Path,
            expected: dict[tuple[str, str], float] | None = None) -> Outcome:
     """Record one submission autograded in ``directory`` into the class gradebook (one writer)."""
@@ -148,6 +182,9 @@ class Summary:
     stopped: str = ""  # the signal that stopped the run early ("" when it ran to the end)
     not_started: int = 0
     sandboxed: bool = True  # graded in the OS sandbox (False: --no-sandbox)
+    #: course merge: per submission graded before, the cells whose verdict the merged grading changed, and how
+    #: many changed only because they need a GPU (changed_verdicts)
+    changed: dict[Submission, tuple[list[str], int]] = dataclasses.field(default_factory=dict)
 
     @property
     def failed(self) -> list[Outcome]:
@@ -171,6 +208,16 @@ class Summary:
         lines += [f"  НЕ ПРОВЕРЕНА {o.submission}: {o.error}" for o in self.failed]
         if any(o.log for o in self.failed):
             lines.append(f"  Журналы nbgrader этих работ — в {ERROR_LOGS}/.")
+        differing = {sub: cells_ for sub, (cells_, _) in sorted(self.changed.items(), key=lambda kv: str(kv[0]))
+                     if cells_}
+        if differing:
+            lines.append("Вердикты, которые эта проверка изменила (записаны новые; прежние — с другой машины, например "
+                         "с эмулятора GPU): сверьте ячейки — при проверке на GPU верен его вердикт.")
+            lines += [f"  {sub}: " + "; ".join(cells_) for sub, cells_ in differing.items()]
+        by_design = sum(n for _, n in self.changed.values())
+        if by_design:
+            lines.append(f"  Ещё {by_design} яч. изменились, потому что их проверкам нужен GPU (скорость; запуски, "
+                         "которые эмулятор пока не выполняет): без GPU они получают 0.")
         noted = {sub: found for sub, found in sorted(self.anomalies.items(), key=lambda kv: str(kv[0])) if found}
         if noted:
             lines.append("Особенности работ (баллы за них не снимались, если не сказано иное):")

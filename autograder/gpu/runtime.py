@@ -190,6 +190,15 @@ def run_on_emulator(function, *args, **kwargs) -> str:
     return f"{detail} ({mark})" if detail else f"({mark})"
 
 
+def stop_using_emulator() -> None:
+    """Undo :func:`use_emulator_without_gpu` (the test suite, after a test that ran a notebook's setup cell in
+    its own process)."""
+    global _for_good
+    if _for_good is not None:
+        _for_good.__exit__(None, None, None)
+        _for_good = None
+
+
 def choose_cupy():
     """The notebooks' ``cp``: CuPy on a machine with a GPU, else the PTX emulator's stand-in for it
     (:mod:`autograder.gpu.emulated_cupy`, posing as a T4; None when :data:`EMULATOR_ENV` turns it off).
