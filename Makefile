@@ -35,10 +35,10 @@ lab: $(VENV)/.installed
 	  $(if $(filter-out 0 no false,$(NO_BROWSER)),--no-browser) $(if $(TOKEN),--IdentityProvider.token="$(TOKEN)") \
 	  $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-# pytest-xdist workers: one more than the 2 cores CI has, because the end-to-end tests spend about a third of
-# their time waiting on nbgrader's and the kernels' subprocesses (make test on 2 cores: 1055 s with -n 2, 890 s
-# with -n 3, 2026-12-03); e.g. make test TEST_WORKERS=8 on a larger machine.
-TEST_WORKERS ?= 3
+# pytest-xdist workers: twice the 2 cores CI has, because the end-to-end tests spend much of their time waiting
+# on nbgrader's, the kernels' and the killed runs' subprocesses (make test on 2 cores, fresh clone: 1055 s with
+# -n 2, 890 s with -n 3, 834 s with -n 4, 2026-12-03/04); e.g. make test TEST_WORKERS=8 on a larger machine.
+TEST_WORKERS ?= 4
 
 ## test: the whole test suite (what CI runs)
 test: $(VENV)/.installed

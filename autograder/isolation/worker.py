@@ -91,7 +91,7 @@ def main() -> None:
     CheckFailed, GraderFault, shorten = errors
     passed, message, mistake, not_started, fault = False, "", None, False, False
     if os.environ.get("AUTOGRADER_INJECT_WORKER_FAULT") == request["check_id"]:
-        _exit(0)  # fault injection (tests/test_class_faults.py): a worker lost before the student's code
+        _exit(0)  # fault injection (tests/test_class_kills.py): a worker lost before the student's code
     # From here on the student's code may end the process; before it, a missing verdict is the grader's.
     _line(reply_fd, nonce, STARTED)
     try:
