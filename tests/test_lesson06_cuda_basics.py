@@ -58,9 +58,10 @@ def test_the_emulator_reports_both_buggy_kernels_as_section_7_says():
     missing_guard, missing_barrier = cb.BUGGY_KERNELS
     stopped = cb.emulator_report(missing_guard)
     assert "ядро остановлено" in stopped and "за границы" in stopped and "повторов: 24" in stopped, stopped
+    assert "(блок (3, 0, 0), поток (232, 0, 0), строка 5)" in stopped, stopped  # as the section's table says
     race = cb.emulator_report(missing_barrier)
     assert race.startswith("результат: 1000, 1000, 1000, 1000 — верный") and "гонка в разделяемой памяти" in race
-    assert "поток (128, 0, 0)" in race and "__syncthreads()" in race, race
+    assert "поток (128, 0, 0)" in race and "(строка 8)" in race and "строка 11)" in race and "__syncthreads()" in race
 
 
 @pytest.mark.skipif(gpu.gpu_status()[0], reason="with a GPU the run checks run there (tests/test_gpu_lessons.py)")
@@ -81,4 +82,24 @@ def test_autograde_without_gpu_gives_the_reference_full_marks_on_the_emulator(tm
                 if c.metadata.get("nbgrader", {}).get("grade") for o in c.get("outputs", [])]
     assert sum("проверено на эмуляторе GPU" in v for v in verdicts) == 9, verdicts  # 3 kernels x 3 run checks
     assert not any("нужен GPU" in v for v in verdicts), verdicts
+
+
+def test_section_7_quotes_the_committed_compute_sanitizer_run():
+    """The table of section 7 quotes benchmarks/results/sanitizer_vs_emulator_h200.json: the tool's lines, its
+    version and date, for the same two kernels."""
+    import json
+
+    from autograder.course import paths as course
+
+    run = json.loads((course.ROOT / "benchmarks" / "results" / "sanitizer_vs_emulator_h200.json").read_text("utf-8"))
+    text = course.text_source(LESSON).read_text(encoding="utf-8")
+    start = text.index("Те же два запуска на H200 курса под `compute-sanitizer`")
+    quoted = " ".join(line.lstrip("# ") for line in text[start:text.index("Чего эмулятор не моделирует", start)].splitlines())
+    assert run["date"][:10] in quoted and run["compute_sanitizer"].split()[1].rsplit(".", 2)[0] in quoted
+    missing_guard, missing_barrier = run["kernels"]
+    assert [k["kernel"] for k in run["kernels"]] == list(cb.BUGGY_KERNELS)
+    assert "========= ERROR SUMMARY: 0 errors" in missing_guard["sanitizer"] and "ERROR SUMMARY: 0 errors" in quoted
+    race = next(line for line in missing_barrier["sanitizer"] if "Race reported" in line)
+    hazards = next(line for line in missing_barrier["sanitizer"] if "hazards]" in line)
+    assert race.split("Error: ")[1] in quoted and hazards.strip("= ").split("  ")[-1].strip() in quoted
 

@@ -7,10 +7,15 @@ import conftest
 TESTS = Path(__file__).resolve().parent
 
 
+SHARED_FIXTURE = re.compile(r'@pytest\.fixture\(scope="(session|module)"')
+
+
 def test_each_one_worker_file_exists_and_builds_a_session_fixture():
+    """...itself, or imports one from a helper module of tests/ (tests/class_faults.py: the clean run)."""
     for name in sorted(conftest.ONE_WORKER_FILES):
         text = (TESTS / name).read_text(encoding="utf-8")
-        assert re.search(r'@pytest\.fixture\(scope="(session|module)"', text), name
+        helpers = [TESTS / f"{m}.py" for m in re.findall(r"^from (\w+) import", text, re.M) if (TESTS / f"{m}.py").exists()]
+        assert SHARED_FIXTURE.search(text) or any(SHARED_FIXTURE.search(h.read_text("utf-8")) for h in helpers), name
 
 
 def test_a_one_worker_file_is_one_work_unit_and_other_tests_are_their_own():
