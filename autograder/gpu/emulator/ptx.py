@@ -112,13 +112,16 @@ def _split_operands(text: str) -> list[str]:
     return out
 
 
-_INT = re.compile(r"^-?(0[xX][0-9a-fA-F]+|\d+)U?$")
-_ADDR = re.compile(r"^([%\w$.]+?)(?:\+(-?(?:0[xX][0-9a-fA-F]+|\d+)))?$")
-_ABS_ADDR = re.compile(r"^(-?(?:0[xX][0-9a-fA-F]+|\d+))$")
-_F32 = re.compile(r"^0[fF][0-9a-fA-F]{8}$")
-_F64 = re.compile(r"^0[dD][0-9a-fA-F]{16}$")
-_DEC = re.compile(r"^-?\d*\.\d+(e[-+]?\d+)?$")
-_SYM = re.compile(r"^[A-Za-z_][\w$]*$")
+# The operands' forms: an integer, an address [reg+offset], an absolute address, f32 and f64 bit patterns
+# (0f..., 0d...), a decimal float, a symbol.
+_INT, _ADDR, _ABS_ADDR, _F32, _F64, _DEC, _SYM = map(re.compile, (
+    r"^-?(0[xX][0-9a-fA-F]+|\d+)U?$",
+    r"^([%\w$.]+?)(?:\+(-?(?:0[xX][0-9a-fA-F]+|\d+)))?$",
+    r"^(-?(?:0[xX][0-9a-fA-F]+|\d+))$",
+    r"^0[fF][0-9a-fA-F]{8}$",
+    r"^0[dD][0-9a-fA-F]{16}$",
+    r"^-?\d*\.\d+(e[-+]?\d+)?$",
+    r"^[A-Za-z_][\w$]*$"))
 
 
 def parse_operand(text: str) -> Operand:
