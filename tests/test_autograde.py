@@ -52,7 +52,9 @@ def test_autograde_scores_every_submission_as_the_bank_says(lesson, tmp_path):
         lost = {g.cell for g in grades[entry.name] if g.score != g.max_score}
         expected = {cell_id(check) for check in entry.loses} | gpu_cells
         if lost != expected:
-            problems.append(f"{entry.name}: lost {sorted(lost)}, expected {sorted(expected)}")
+            graded = nbformat.read(tmp_path / "autograded" / entry.name / lesson / f"{lesson}.ipynb", as_version=4)
+            problems.append(f"{entry.name}: lost {sorted(lost)}, expected {sorted(expected)}; what it was told:\n"
+                            + grading.verdict_table(graded, grades[entry.name]))
         partial = [g for g in grades[entry.name] if 0 < g.score < g.max_score]
         if partial:
             problems.append(f"{entry.name}: partial scores {partial}")

@@ -107,6 +107,15 @@ def test_gpu_checks_are_registered_without_memory_cap():
     assert not any(c.needs_gpu for k, c in checks.items() if k.endswith("compiles"))
 
 
+def test_every_compile_check_has_the_compile_time_limit():
+    """A correct kernel once scored 0 on a loaded CI machine: lesson 11's compile check outlasted the 30 s of a
+    default check: every compile check has the compile limit (nvrtc.COMPILE_TIMEOUT_S)."""
+    compile_checks = {k: c for k, c in all_checks().items() if k.endswith("compiles")}
+    assert len(compile_checks) == 8
+    slow = {k: c.timeout_s for k, c in compile_checks.items() if c.timeout_s != nvrtc.COMPILE_TIMEOUT_S}
+    assert not slow, slow
+
+
 RUN_CHECKS = {**all_checks("lesson06."), **all_checks("lesson07."), **all_checks("lesson08."), **all_checks("lesson09."),
               **all_checks("lesson11.")}
 

@@ -25,6 +25,11 @@ from ..checks.core import CheckFailed
 #: bf16 mma) and the H100 / H200 (Hopper).  Resources are reported for the first and the last.
 ARCHS = ("sm_75", "sm_80", "sm_90")
 ARCH = "sm_90"  # the default of compile_source
+#: The time limit of every lesson's compile check.  Compiling is the grader's work, not the student's code
+#: running: lesson 11's reference kernels take 8 s for the three architectures on an idle laptop core and
+#: over 30 s (the default limit of a check) on a grading machine running more workers than it has cores,
+#: where a correct kernel then scored 0 for "не завершилась за 30 с".
+COMPILE_TIMEOUT_S = 120.0
 GPU_NAMES = {"sm_75": "T4 в Colab, Turing", "sm_80": "A100, Ampere", "sm_90": "H100/H200, Hopper"}
 
 # --- NVRTC ---------------------------------------------------------------------------------

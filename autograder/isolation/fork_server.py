@@ -144,14 +144,16 @@ class ForkedWorker:
         self.server, self.pid, self.returncode = server, pid, None
         self._pipe, self._lock = request_pipe, lock
 
-    def communicate(self, request: bytes, timeout: float) -> None:
+    def communicate(self, request: bytes | None, timeout: float) -> None:
+        """Write the request (None: it was written by an earlier call that timed out) and wait for the end."""
         deadline = time.monotonic() + timeout
-        pipe, self._pipe, view = self._pipe, None, memoryview(request)
-        try:
-            while view:  # BrokenPipeError: the worker died before it read the request
-                view = view[os.write(pipe, view):]
-        finally:
-            os.close(pipe)
+        if self._pipe is not None:
+            pipe, self._pipe, view = self._pipe, None, memoryview(request)
+            try:
+                while view:  # BrokenPipeError: the worker died before it read the request
+                    view = view[os.write(pipe, view):]
+            finally:
+                os.close(pipe)
         self._wait(max(deadline - time.monotonic(), 0.001), timeout)
 
     def wait(self) -> int:

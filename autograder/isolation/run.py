@@ -33,10 +33,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import cloudpickle
 
-from . import fork_server
+from . import cpu_time, fork_server
 from . import sandbox as sandbox_module
 from ..checks.core import CheckResult, get_check, shorten
 from .home import private_home, worker_environment
@@ -180,7 +181,7 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
             process = _start(check, env, home, workdir, out, err, fork=False if launcher else fork,
                              launcher=launcher, box=box)
         try:
-            process.communicate(request, timeout=timeout)
+            wait_for_worker(process, request, timeout)
         except subprocess.TimeoutExpired:
             _kill_group(process)
             process.wait()
@@ -200,6 +201,33 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
                 process.finish()
         return _parse_reply(check, process.returncode, nonce, _tail(out_path),
                             _tail(err_path) + _tail(output_path))
+
+
+#: How long a check may run on an overloaded machine, in multiples of its time limit (see cpu_time).
+OVERLOADED_WALL_LIMITS = 4
+
+
+def wait_for_worker(process, request: bytes, timeout: float) -> None:
+    """Write the request and wait for the worker to end, within the check's time limit; raise TimeoutExpired
+    when it did not.  Where the limit passes on an overloaded machine, wait on while the worker (its processes,
+    or the fork server's, whose only busy child it is) has had less CPU time than the limit, up to
+    OVERLOADED_WALL_LIMITS limits in all: a correct check that waited for a core is not an endless loop."""
+    root = process.server.process.pid if isinstance(process, fork_server.ForkedWorker) else process.pid
+    before = cpu_time.tree_seconds(root)
+    end = time.monotonic() + OVERLOADED_WALL_LIMITS * timeout
+    try:
+        process.communicate(request, timeout=timeout)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    while (left := end - time.monotonic()) > 0 and cpu_time.overloaded() \
+            and cpu_time.tree_seconds(root) - before < timeout:
+        try:
+            process.communicate(None, timeout=min(1.0, left))
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    raise subprocess.TimeoutExpired("autograder.isolation.worker", timeout)
 
 
 # --- starting a worker: a new Python process, or a fork of the fork server ------------------

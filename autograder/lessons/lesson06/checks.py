@@ -248,7 +248,7 @@ def _register(kernel: str, spec: dict) -> None:
 
     check(f"lesson06.{kernel}_compiles", points=1,
           title=f"Ядро {shown} компилируется (NVRTC, sm_75/80/90, без GPU)",
-          memory_limit_gib=None)(_named(compiles, f"{kernel}_compiles"))
+          memory_limit_gib=None, timeout_s=nvrtc.COMPILE_TIMEOUT_S)(_named(compiles, f"{kernel}_compiles"))
     gpu.gpu_check(f"lesson06.{kernel}", points=2, title=f"GPU: {shown} {spec['matches']}")(
         _named(equivalence, kernel))
     gpu.gpu_check(f"lesson06.{kernel}_memory", points=1,

@@ -49,7 +49,7 @@ def _run_case(fn, c: dict, *, hint: str = "") -> float:
 
 
 @check("lesson07.compiles", points=1, title="Ядро rms_norm компилируется (NVRTC, без GPU)",
-       memory_limit_gib=None)  # NVRTC and its threads map more than the CPU checks' 4 GiB cap
+       memory_limit_gib=None, timeout_s=nvrtc.COMPILE_TIMEOUT_S)  # NVRTC and its threads map more than the CPU checks' 4 GiB cap
 def compiles(source):
     return nvrtc.compile_check(source, ("rms_norm",), what="RMSNORM_SRC")
 

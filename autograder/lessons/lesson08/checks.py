@@ -84,7 +84,7 @@ def _check_case(fn, c: dict, *, causal: bool, counter=None, hint: str = "", **to
 
 
 @check("lesson08.compiles", points=1, title="Ядра flash_attention_d64/d128 компилируются (NVRTC, без GPU)",
-       memory_limit_gib=None)  # NVRTC and its threads map more than the CPU checks' 4 GiB cap
+       memory_limit_gib=None, timeout_s=nvrtc.COMPILE_TIMEOUT_S)  # NVRTC and its threads map more than the CPU checks' 4 GiB cap
 def compiles(source):
     return nvrtc.compile_check(source, ("flash_attention_d64", "flash_attention_d128"), what="FLASH_SRC")
 

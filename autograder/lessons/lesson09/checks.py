@@ -146,7 +146,7 @@ def _named(got, expected, variants, inputs):
 
 
 @check("lesson09.mma_compiles", points=1, title="Ядро mma_matmul компилируется (NVRTC, sm_75/80/90, без GPU)",
-       memory_limit_gib=None)
+       memory_limit_gib=None, timeout_s=nvrtc.COMPILE_TIMEOUT_S)
 def mma_compiles(source):
     return nvrtc.compile_check(source, ("mma_matmul",), what="MMA_SRC")
 
@@ -270,7 +270,8 @@ def _compare(got, inputs, causal: bool, *, case: str, hint: str = "") -> float:
 
 
 @check("lesson09.flash_compiles", points=1,
-       title="Ядра flash_attention_tc_d64/d128 компилируются (NVRTC, sm_75/80/90, без GPU)", memory_limit_gib=None)
+       title="Ядра flash_attention_tc_d64/d128 компилируются (NVRTC, sm_75/80/90, без GPU)", memory_limit_gib=None,
+       timeout_s=nvrtc.COMPILE_TIMEOUT_S)
 def flash_compiles(source):
     return nvrtc.compile_check(source, ("flash_attention_tc_d64", "flash_attention_tc_d128"), what="FLASH_TC_SRC")
 

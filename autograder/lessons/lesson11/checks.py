@@ -425,7 +425,7 @@ KERNELS = ("paged_decode_split", "paged_decode_combine")
 
 
 @check("lesson11.gpu_compiles", points=1, title="Ядра paged_decode_split/combine компилируются (NVRTC, без GPU)",
-       memory_limit_gib=None)
+       memory_limit_gib=None, timeout_s=nvrtc.COMPILE_TIMEOUT_S)
 def gpu_compiles(source):
     return nvrtc.compile_check(source, KERNELS, what="DECODE_SRC")
 
