@@ -41,6 +41,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 from autograder import grade
 from autograder.gpu.runtime import choose_cupy, gpu_status
+from autograder.lessons.roofline import show as show_roofline   # без GPU: ядро на roofline урока 01
 from autograder.lessons.lesson06 import cuda_basics as cb
 cp = choose_cupy()   # CuPy на GPU, без GPU — эмулятор GPU с тем же API; строка ниже говорит, что выбрано
 cb.describe_gpu()
@@ -241,6 +242,7 @@ def scale_add_gpu(a, x, y):
 # %%
 if cp is not None:   # на GPU или на эмуляторе GPU
     print(scale_add_gpu(2.0, cp.arange(5, dtype=cp.float32), cp.ones(5, dtype=cp.float32)))   # ожидается [1 3 5 7 9]
+    show_roofline()   # без GPU: байты и FLOP, которые эмулятор насчитал ядру, на roofline урока 01
 else:
     print("Нет ни GPU, ни эмулятора GPU (он выключен) — самопроверка пропущена.")
 
@@ -544,6 +546,12 @@ for name, (source, kernel, launch) in cb.BUGGY_KERNELS.items():
 #   Поэтому гонка почти никогда не видна в его числах: пишущий варп обычно успевает раньше читающего. На GPU так тоже
 #   бывает часто, поэтому там нужен `compute-sanitizer --tool racecheck`, а эмулятор сообщает о гонке сам, по адресам,
 #   и проверка с гонкой не засчитывается, даже если числа совпали.
+#
+# Зато эмулятор **считает**: сколько байт каждый запуск прочитал из глобальной памяти и записал в неё и сколько
+# операций с плавающей точкой выполнил (`fma` — две). Этого хватает, чтобы поставить ваше ядро на roofline урока 01:
+# интенсивность FLOP/байт против ridge point T4 и H200 и нижняя граница времени на каждом. Без GPU это делает
+# `show_roofline()` после самопроверок (в задании 1 — для `scale_add`: 2 FLOP на 12 байт, глубоко в области памяти).
+# Время на графике — не замер, а то, что позволяет крыша.
 
 # %% [markdown]
 # ## Итог

@@ -41,6 +41,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 from autograder import grade
 from autograder.gpu.runtime import choose_cupy, gpu_status
+from autograder.lessons.roofline import show as show_roofline   # без GPU: ядро на roofline урока 01
 cp = choose_cupy()   # CuPy на GPU, без GPU — эмулятор GPU с тем же API; строка ниже говорит, что выбрано
 
 # %% [markdown]
@@ -277,6 +278,7 @@ def fused_rms_norm_gpu(x, w, eps=1e-6):
 if cp is not None:   # на GPU или на эмуляторе GPU
     x_small = cp.asarray([[1, 2, 3, 4], [0, 0, 0, 0], [3, 0, 0, 0]], dtype=cp.float32)
     print(fused_rms_norm_gpu(x_small, cp.ones(4, dtype=cp.float32)))   # ожидается [0.365 0.730 1.095 1.461], нули, [2 0 0 0]
+    show_roofline()   # без GPU: байты и FLOP, которые эмулятор насчитал ядру, на roofline урока 01
 else:
     print("Нет ни GPU, ни эмулятора GPU (он выключен) — самопроверка пропущена; проверки запуска ниже покажут «нужен GPU».")
 

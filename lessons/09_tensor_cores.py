@@ -30,10 +30,10 @@
 #    на фрагментах-аккумуляторах и перевод P в f16;
 # 6. сравните скорость с ядром урока 08 и с `scaled_dot_product_attention` в f16.
 #
-# **Как проверяется.** Проверки компиляции (NVRTC для sm_75, sm_80 и sm_90) работают везде; проверка `mma_matmul`
-# без GPU идёт на эмуляторе GPU (урок 06, раздел 7) — он выполняет и `mma.sync`, и `ldmatrix`; проверки запуска
-# FlashAttention требуют GPU (без него — «нужен GPU», 0 баллов: их случаи пока слишком велики для эмулятора), а
-# самопроверка на малом случае без GPU идёт на эмуляторе. Входы — float16, поэтому всё работает и на T4 в Colab (sm_75).
+# **Как проверяется.** Проверки компиляции (NVRTC для sm_75, sm_80 и sm_90) работают везде. Проверки запуска идут на
+# GPU, а без него — на эмуляторе GPU (урок 06, раздел 7), который выполняет и `mma.sync`, и `ldmatrix`: `mma_matmul` —
+# на тех же случаях, FlashAttention — на меньших (не больше двух голов, n до 256, счётчик тайлов — n = 512), с теми же
+# допусками. Входы — float16, поэтому всё работает и на T4 в Colab (sm_75).
 
 # %%
 # {{COURSE_INSTALL}}
@@ -44,6 +44,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 from autograder import grade
 from autograder.gpu.runtime import choose_cupy, gpu_status
+from autograder.lessons.roofline import show as show_roofline   # без GPU: ядро на roofline урока 01
 cp = choose_cupy()   # CuPy на GPU, без GPU — эмулятор GPU с тем же API; строка ниже говорит, что выбрано
 
 # %% [markdown] id="p1"
@@ -862,6 +863,7 @@ if cp is not None:   # на GPU или на эмуляторе GPU
     exact, _ = exact_attention(q[0], k[0], v[0])
     got = flash_attention_tc_gpu(cp.asarray(q), cp.asarray(k), cp.asarray(v)).get()[0]
     print("макс. отклонение от float64:", np.abs(got.astype(np.float64) - exact).max())
+    show_roofline()   # без GPU: байты и FLOP, которые эмулятор насчитал ядру, на roofline урока 01
 else:
     print("Нет ни GPU, ни эмулятора GPU (он выключен) — самопроверка пропущена; проверки запуска ниже покажут «нужен GPU».")
 

@@ -158,15 +158,17 @@ def disagreement(lesson: str, entry, calls: list[Call], checks=None) -> str | No
 
 # --- every check of an entry as the grader runs it without a GPU (issue 27) ----------------------------------
 
-def graded_losses(lesson: str, entry_name: str, *, hidden: bool = True) -> dict[str, str]:
+def graded_losses(lesson: str, entry_name: str, *, hidden: bool = True, device: str = "H200") -> dict[str, str]:
     """check id -> its failure message, for every check the entry fails when graded on a machine without a GPU:
-    its grade(...) calls (visible, and hidden unless not ``hidden``) in this process with the stand-in posing as a
-    T4, as a check's worker runs them (:func:`autograder.gpu.runtime.gpu_check`: a finding fails the check; a
-    timed check, or one kept off the emulator, fails with «нужен GPU»)."""
+    its grade(...) calls (visible, and hidden unless not ``hidden``) in this process as a check's worker runs them
+    (:func:`autograder.gpu.runtime.run_check_on_emulator`: the emulator's case sizes, a finding fails the check; a
+    timed check fails with «нужен GPU»), the stand-in posing as ``device``.  The grader poses as a T4; here the
+    H200 by default, the GPU the banks' verdicts were proven on: lesson 08's step-2 entry falls back to "step 1"
+    (itself, in that entry) where a T4's 64 KiB of shared memory do not hold its d = 128 tiles, as a real T4 would."""
 
     entry = next(e for e in banks.BANKS[lesson]() if e.name == entry_name)
     lost: dict[str, str] = {}
-    with runtime.stand_in("T4"):
+    with runtime.stand_in(device):
         with contextlib.redirect_stdout(io.StringIO()):
             space = banks.namespace(lesson, entry.answers)
         for check_id, names, cases in banks.grade_calls(lesson):
@@ -182,7 +184,7 @@ def graded_losses(lesson: str, entry_name: str, *, hidden: bool = True) -> dict[
                     elif not runtime.scores_without_gpu(check):
                         raise CheckFailed("нужен GPU")
                     else:
-                        runtime.run_on_emulator(check.function.__wrapped__, *objects, **kwargs)
+                        runtime.run_check_on_emulator(check.function, *objects, **kwargs)
                 except CheckFailed as failure:
                     lost.setdefault(check_id, str(failure))
                 except Exception as error:  # noqa: BLE001 - a worker reports it as the check's failure

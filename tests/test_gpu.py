@@ -132,9 +132,9 @@ def test_run_checks_without_a_gpu_and_the_emulator_off_fail_with_zero_points_and
 
 
 @pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU: the run checks really run")
-def test_run_checks_without_a_gpu_run_on_the_emulator_except_timed_ones_and_those_kept_off_it():
-    """Emulator on (the default): a wrapper that returns nothing fails on the emulator, saying so; a timed check,
-    or one kept off the emulator, fails with «нужен GPU» and says why; none passes."""
+def test_run_checks_without_a_gpu_run_on_the_emulator_except_timed_ones():
+    """Emulator on (the default): a wrapper that returns nothing fails on the emulator, saying so; a timed check
+    fails with «нужен GPU» and says why; none passes."""
     seen = set()
     for check_id, check in RUN_CHECKS.items():
         if not check.needs_gpu:
@@ -147,12 +147,10 @@ def test_run_checks_without_a_gpu_run_on_the_emulator_except_timed_ones_and_thos
             seen.add("emulator")
         else:
             assert not gpu.scores_without_gpu(check)
-            timed = result.message == gpu.TIMED_WITHOUT_GPU.format(why=gpu.gpu_status()[1])
-            kept_off = result.message == gpu.NOT_ON_EMULATOR.format(why=gpu.gpu_status()[1])
-            assert timed or kept_off, (check_id, result.message)
-            seen.add("timed" if timed else "kept off")
-    assert seen == {"emulator", "timed", "kept off"}
-    assert {k for k, c in RUN_CHECKS.items() if c.needs_gpu and not c.function.on_emulator} >= {
+            assert result.message == gpu.TIMED_WITHOUT_GPU.format(why=gpu.gpu_status()[1]), (check_id, result.message)
+            seen.add("timed")
+    assert seen == {"emulator", "timed"}
+    assert {k for k, c in RUN_CHECKS.items() if c.needs_gpu and not c.function.on_emulator} == {
         "lesson07.speed", "lesson11.gpu_speed"}
 
 

@@ -1,5 +1,5 @@
-"""Lesson 08 on a machine without a GPU (CI): does nbgrader grade the compile check and only it (its run checks are
-not on the PTX emulator yet)?"""
+"""Lesson 08: its oracle, cases and tile-counter bound; on a machine without a GPU (CI), nbgrader grades the reference
+on the PTX emulator (at the emulator's sizes) with full marks."""
 import numpy as np
 import pytest
 
@@ -7,6 +7,8 @@ from autograder.course import paths as course
 
 from autograder.gpu import runtime as gpu
 from autograder.checks import reference
+from autograder.checks.core import all_checks
+from autograder.lessons import gpu_attention
 from autograder.lessons.lesson08.checks import CAUSAL, CAUSAL_TILE_RATIO, TAILS, VISIBLE, oracle
 from helpers import scores_of_reference_and_untouched
 
@@ -14,11 +16,12 @@ LESSON = "08_cupy_flash_attention"
 
 
 @pytest.mark.skipif(gpu.gpu_status()[0], reason="with a GPU the run checks score too (tests/test_gpu_lessons.py)")
-def test_autograde_without_gpu_scores_the_compile_check_only(tmp_path):
-    """Reference: compile points only, every run cell 0; the untouched notebook: 0."""
+def test_autograde_without_gpu_gives_the_reference_full_marks_on_the_emulator(tmp_path):
+    """Reference: every cell full marks, the run checks on the emulator (no timed check in this lesson); the
+    untouched notebook: 0."""
     scored = scores_of_reference_and_untouched(LESSON, tmp_path)
-    assert scored["reference"].pop("test_lesson08_compiles") == 1
-    assert set(scored["reference"].values()) == {0}
+    points = {f"test_{k.replace('.', '_')}": c.points for k, c in all_checks("lesson08.").items()}
+    assert scored["reference"] == points
     assert sum(scored["untouched"].values()) == 0
 
 
@@ -37,6 +40,41 @@ def test_causal_tile_fraction_is_below_the_bound_for_common_tiles(br, bc):
     full = -(-n // br) * -(-n // bc)
     causal = sum(-(-min(q0 + br, n) // bc) for q0 in range(0, n, br))
     assert causal / full <= CAUSAL_TILE_RATIO
+
+
+@pytest.mark.parametrize("br, bc", [(64, 32), (64, 64), (128, 64), (64, 128), (16, 16), (128, 128)])
+def test_causal_tile_fraction_is_below_the_bound_at_the_emulators_length_and_masking_alone_is_not(br, bc):
+    """At the emulator's n = 512 the bound is looser (fewer tiles); a skipping kernel with any usual tiles stays
+    under it, one that only masks (every pair computed: 1.0) does not."""
+    n = gpu_attention.EMULATOR_CAUSAL_SKIP_N
+    full = -(-n // br) * -(-n // bc)
+    causal = sum(-(-min(q0 + br, n) // bc) for q0 in range(0, n, br))
+    assert causal / full <= gpu.causal_tile_bound(n) < 1.0
+    assert gpu.causal_tile_bound(1024) <= 0.62 and gpu.causal_tile_bound(2048) == CAUSAL_TILE_RATIO
+
+
+def test_the_emulators_cases_are_the_checks_own_cases_made_small():
+    """Same seeds, d, masks and scales; at most two heads; n at most 256 plus the case's own tail past a multiple of
+    128 (a partial tile stays partial, a multiple of 128 stays one); small cases unchanged."""
+    hidden = [{"H": 3, "n": 512, "d": 128, "seed": 101}, {"H": 1, "n": 1024, "d": 64, "seed": 102},
+              {"H": 1, "n": 500, "d": 64, "seed": 104, "causal": True}, {"H": 1, "n": 2, "d": 64, "seed": 105},
+              {"H": 1, "n": 384, "d": 64, "seed": 108, "q_scale": 100.0, "causal": True}]
+    small = gpu_attention.emulator_sized(hidden)
+    assert [(c["H"], c["n"]) for c in small] == [(2, 256), (1, 256), (1, 372), (1, 2), (1, 256)]
+    for big, c in zip(hidden, small):
+        assert {k: v for k, v in c.items() if k not in ("H", "n")} == {k: v for k, v in big.items() if k not in ("H", "n")}
+        assert (c["n"] % 128 == 0) == (big["n"] % 128 == 0)
+    assert gpu_attention.emulator_sized(VISIBLE + TAILS) == VISIBLE + TAILS
+    assert gpu_attention.emulator_sized_causal_skip([{"H": 2, "n": 2048, "d": 128, "seed": 110}]) == \
+        [{"H": 1, "n": 512, "d": 128, "seed": 110}]
+
+
+def test_every_run_check_of_the_lesson_runs_on_the_emulator_at_its_sizes():
+    sized = {k: c.function.emulator_cases for k, c in all_checks("lesson08.").items() if c.needs_gpu}
+    assert sized == {"lesson08.equivalence": gpu_attention.emulator_sized, "lesson08.tails": gpu_attention.emulator_sized,
+                     "lesson08.causal": gpu_attention.emulator_sized, "lesson08.large_logits": gpu_attention.emulator_sized,
+                     "lesson08.memory": gpu_attention.emulator_sized, "lesson08.sanitizer": gpu_attention.emulator_sized,
+                     "lesson08.causal_skip": gpu_attention.emulator_sized_causal_skip}
 
 
 def test_equivalence_and_causal_lengths_divide_by_128_and_tails_do_not():

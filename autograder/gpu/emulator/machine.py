@@ -54,6 +54,7 @@ import time
 
 import numpy as np
 
+from .counts import flops_per_thread
 from .errors import Unsupported
 from .findings import FATAL, Finding
 from .memory import (EPOCH_SHIFT, GLOBAL_BASE, LOCAL_WINDOW, SHARED_WINDOW, WEP_SHIFT, WINDOW_SIZE, GlobalArena,
@@ -106,6 +107,11 @@ class Result:
     findings: list
     issued: int
     seconds: float
+    #: For the roofline (counts.py): bytes the global loads and stores moved, and floating-point operations.
+    global_read: int = 0
+    global_written: int = 0
+    flops: float = 0.0
+    tensor_flops: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -143,6 +149,15 @@ def _granule(kernel: Kernel, space: tuple = ("shared",)) -> int:
     return {1: 1, 2: 2, 4: 4}.get(g, 1)
 
 
+def _flop_prefixes(kernel) -> tuple[list, list]:
+    per = [flops_per_thread(ins.parts) for ins in kernel.instructions] + [(0.0, 0.0)]
+    cuda, tensor = [0.0], [0.0]
+    for c, t in per:
+        cuda.append(cuda[-1] + c)
+        tensor.append(tensor[-1] + t)
+    return cuda, tensor
+
+
 class Machine:
     def __init__(self, kernel: Kernel, grid, block, args, shared_bytes: int = 0, *, max_issues: int = MAX_ISSUES,
                  lanes: int = LANES, contract: bool = True):
@@ -177,6 +192,10 @@ class Machine:
         self.compiler = Compiler(self, kernel)
         self.ops: list = [None] * len(kernel.instructions) + [Op(EXIT, None, ins=None)]
         self._runs: list = [None] * len(self.ops)  # _straight(pc), made when a group first runs from pc
+        # Floating-point operations per thread of each instruction, as prefix sums (a straight run adds its slice).
+        self._flops, self._tensor_flops = derived(kernel, "flop_prefixes", _flop_prefixes)
+        self.flops = self.tensor_flops = 0.0
+        self.global_read = self.global_written = 0
 
     # --- set-up ---------------------------------------------------------------------------------
 
@@ -417,6 +436,10 @@ class Machine:
         total = size * nvec
         dt = UNSIGNED[size * 8]
         if space == "global":
+            if write:
+                self.global_written += total * len(idx)
+            else:
+                self.global_read += total * len(idx)
             addr = np.asarray(addr, dtype=np.uint64)
             if not self.arena.within_one(addr, total):
                 k = self.arena.locate(addr, total)
@@ -761,7 +784,8 @@ class Machine:
         except _Stop:
             pass
         self.arena.write_back()
-        return Result(self.findings, self.issued, time.perf_counter() - start)
+        return Result(self.findings, self.issued, time.perf_counter() - start, self.global_read, self.global_written,
+                      self.flops, self.tensor_flops)
 
     def _chunk(self, first):
         self.chunk_start = first
@@ -823,6 +847,7 @@ class Machine:
                     self._op = ops[pc]
                     self._partial_collective(ops[pc], mask)
                     ops[pc].fn(mask)
+                    self._count_flops(pc, 1, int(mask.sum()))
                     add(pc + 1, mask, int(mask.sum()))
                     continue
                 if bar_wait.any():
@@ -862,6 +887,7 @@ class Machine:
                             self._op = ops[pc + i]
                             raise
                         self.issued += k
+                        self._count_flops(pc, k, count)
                         pc += k
                         self._op = ops[pc - 1]
                         if pc >= stop:
@@ -875,6 +901,7 @@ class Machine:
                                int(np.flatnonzero(mask)[0]), op.ins)
                 if kind == PLAIN:
                     op.fn(arg)
+                    self._count_flops(pc, 1, count)
                     pc += 1
                 elif kind == BRANCH:
                     if op.fn is not None:
@@ -908,6 +935,7 @@ class Machine:
                     nr = int(nnz(ready))
                     if nr:
                         op.fn(ready)
+                        self._count_flops(pc, 1, nr)
                         add(pc + 1, ready, nr)
                     if nr < int(nnz(part)):
                         coll_wait[pc] = part & ~ready
@@ -915,6 +943,12 @@ class Machine:
                 if pc >= stop:
                     add(pc, mask, count)
                     break
+
+    def _count_flops(self, pc: int, k: int, threads: int) -> None:
+        """Instructions pc .. pc + k - 1 issued by ``threads`` threads: their floating-point operations."""
+        cuda, tensor = self._flops, self._tensor_flops
+        self.flops += threads * (cuda[pc + k] - cuda[pc])
+        self.tensor_flops += threads * (tensor[pc + k] - tensor[pc])
 
     def _straight(self, pc):
         """The closures of the plain instructions from ``pc`` on (at most :data:`_STRAIGHT`), up to the first that is

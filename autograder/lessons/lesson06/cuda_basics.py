@@ -17,21 +17,24 @@ import time
 import numpy as np
 
 from ...gpu import runtime as gpu
+from ..roofline import ROOFS
 
 # Figures of the two GPUs the lesson compares.  T4: NVIDIA T4 datasheet (40 SMs, 320 GB/s, fp32 8.1
 # TFLOP/s), NVIDIA Turing architecture whitepaper and the CUDA C++ Programming Guide's table for
 # compute capability 7.5 (1024 threads and 64 KB shared memory per SM, 64K registers per SM, 4 MB L2).
 # H200: the device properties read on the H200 used for this course (benchmarks/results/gpu_kernels_h200.json,
-# key "device_facts"), the H200 datasheet (141 GB HBM3e, 4.8 TB/s) and the H100 SXM fp32 figure (67 TFLOP/s).
+# key "device_facts") and the H200 datasheet (141 GB HBM3e).  Bandwidth and fp32 peaks: lessons/roofline.py (ROOFS).
 REFERENCE_GPUS = {
     "T4 (Colab)": {"compute capability": "7.5", "SM": 40, "warp": 32, "потоков на блок, макс.": 1024,
                    "потоков на SM, макс.": 1024, "регистров на SM (32 бит)": 65536,
                    "разделяемая память на SM, КиБ": 64, "разделяемая память на блок, КиБ (opt-in)": 64,
-                   "L2, МиБ": 4, "память, ГБ": 16, "память, ГБ/с (паспорт)": 320, "fp32, TFLOP/s (паспорт)": 8.1},
+                   "L2, МиБ": 4, "память, ГБ": 16, "память, ГБ/с (паспорт)": round(ROOFS["T4"].bandwidth / 1e9),
+                   "fp32, TFLOP/s (паспорт)": ROOFS["T4"].fp32 / 1e12},
     "H200": {"compute capability": "9.0", "SM": 132, "warp": 32, "потоков на блок, макс.": 1024,
              "потоков на SM, макс.": 2048, "регистров на SM (32 бит)": 65536,
              "разделяемая память на SM, КиБ": 228, "разделяемая память на блок, КиБ (opt-in)": 227,
-             "L2, МиБ": 60, "память, ГБ": 141, "память, ГБ/с (паспорт)": 4800, "fp32, TFLOP/s (паспорт)": 67},
+             "L2, МиБ": 60, "память, ГБ": 141, "память, ГБ/с (паспорт)": round(ROOFS["H200"].bandwidth / 1e9),
+             "fp32, TFLOP/s (паспорт)": ROOFS["H200"].fp32 / 1e12},
 }
 FACT_KEYS = list(REFERENCE_GPUS["T4 (Colab)"])
 

@@ -90,7 +90,7 @@ def compiles(source):
 
 
 @gpu.gpu_check("lesson08.large_logits", points=1, title="GPU: Q *= 100 — конечный результат, совпадает",
-               emulator=False)  # as the lesson's other run checks (gpu_attention.py): cases too large for it yet
+               emulator_cases=attention.emulator_sized)
 def large_logits(flash_attention_gpu, cases=LARGE):
     errors = [_check_case(flash_attention_gpu, c, causal=c.get("causal", False),
                           atol=LARGE_TOLERANCE, rtol=LARGE_TOLERANCE,

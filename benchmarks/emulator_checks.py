@@ -1,0 +1,95 @@
+"""Each graded GPU check of the reference solutions on the PTX emulator, timed as the grader runs it (issue 27's
+"each graded GPU check on the emulator in at most 3 s").
+
+    python benchmarks/emulator_checks.py [--lessons 06,07,08,09,11] [--out benchmarks/results/emulator_checks.txt]
+
+For every grade(...) call of a GPU lesson's reference notebook (visible cases, and the hidden ones of the source
+notebook) whose check runs on the emulator: a fresh process (as a check's worker: the kernel's PTX is made there,
+not cached) that builds the reference answers' namespace, then times the call through
+``runtime.run_check_on_emulator`` (the emulator's case sizes, findings failing the check).  Prints a table — check,
+visible or hidden, seconds of the call, seconds with the process's set-up (imports, the notebook's answer cells),
+passed — and the slowest call; writes it to ``--out`` with the date, machine, load and command.  No GPU needed; the
+machine is shared (2 cores): check ``uptime``; the CPU-seconds column is steadier than the wall clock.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "emulator_checks.txt"
+
+_ONE_CALL = r"""
+import contextlib, io, sys, time
+sys.path[:0] = [{root!r}, {tests!r}]
+started = time.perf_counter()
+import test_gpu_lessons as banks
+from autograder.checks.core import CheckFailed, get_check
+from autograder.gpu import runtime
+lesson, index = {lesson!r}, {index}
+check_id, names, cases = banks.grade_calls(lesson)[index]
+with runtime.stand_in("T4"):
+    with contextlib.redirect_stdout(io.StringIO()):
+        space = banks.namespace(lesson, banks.BANKS[lesson]()[0].answers)
+    cpu, wall = time.process_time(), time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            runtime.run_check_on_emulator(get_check(check_id).function, *[space[n] for n in names],
+                                          **({{}} if cases is None else {{"cases": cases}}))
+        passed = True
+    except CheckFailed as failure:
+        passed = str(failure).splitlines()[0][:80]
+print(repr((time.perf_counter() - wall, time.process_time() - cpu, time.perf_counter() - started, passed)))
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lessons", default="06,07,08,09,11")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    import test_gpu_lessons as banks
+    from autograder.checks.core import get_check
+    from autograder.gpu import runtime
+
+    load = os.getloadavg()
+    lines = [f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ} {platform.machine()}, {os.cpu_count()} cores, "
+             f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; python benchmarks/emulator_checks.py "
+             + " ".join(sys.argv[1:]),
+             f"{'check':<28} {'cases':<7} {'call s':>7} {'CPU s':>7} {'with set-up s':>14}  passed"]
+    print("\n".join(lines), flush=True)
+    slowest = (0.0, "")
+    for lesson in banks.BANKS:
+        if lesson[:2] not in args.lessons.split(","):
+            continue
+        for index, (check_id, _, cases) in enumerate(banks.grade_calls(lesson)):
+            if not get_check(check_id).needs_gpu or not runtime.scores_without_gpu(get_check(check_id)):
+                continue
+            code = _ONE_CALL.format(root=str(ROOT), tests=str(ROOT / "tests"), lesson=lesson, index=index)
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+            try:
+                wall, cpu, total, passed = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr
+            except (IndexError, SyntaxError):
+                wall = cpu = total = float("nan")
+                passed = "error: " + out.stderr.strip()[-200:]
+            line = (f"{check_id:<28} {'hidden' if cases is not None else 'visible':<7} {wall:7.2f} {cpu:7.2f} "
+                    f"{total:14.2f}  {'yes' if passed is True else passed}")
+            print(line, flush=True)
+            lines.append(line)
+            slowest = max(slowest, (wall, f"{check_id} ({'hidden' if cases is not None else 'visible'})"))
+    lines.append(f"slowest call: {slowest[1]}, {slowest[0]:.2f} s")
+    print(lines[-1])
+    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
