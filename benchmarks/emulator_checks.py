@@ -1,5 +1,6 @@
-"""Each graded GPU check of the reference solutions on the PTX emulator, timed as the grader runs it (issue 27's
-"each graded GPU check on the emulator in at most 3 s").
+"""Each graded GPU check of the reference solutions on the PTX emulator, timed as the grader runs it; then Validate of
+each GPU lesson and the students' `course check` (issue 27's speed goals: a check at most 3 s, Validate at most 60 s,
+`course check` under 2 minutes, on 2 cores without a GPU).
 
     python benchmarks/emulator_checks.py [--lessons 06,07,08,09,11] [--out benchmarks/results/emulator_checks.txt]
 
@@ -8,7 +9,10 @@ notebook) whose check runs on the emulator: a fresh process (as a check's worker
 not cached) that builds the reference answers' namespace, then times the call through
 ``runtime.run_check_on_emulator`` (the emulator's case sizes, findings failing the check).  Prints a table — check,
 visible or hidden, seconds of the call, seconds with the process's set-up (imports, the notebook's answer cells),
-passed — and the slowest call; writes it to ``--out`` with the date, machine, load and command.  No GPU needed; the
+passed — and the slowest call.  Then ``nbgrader validate`` (what JupyterLab's Validate runs) of each lesson's student
+notebook filled with the reference answers, and ``course check`` (the students' ``make test``) in a freshly
+published students' repository with its untouched notebooks.  Writes it all to ``--out`` with the date, machine,
+load and command.  No GPU needed; the
 machine is shared (2 cores): check ``uptime``; the CPU-seconds column is steadier than the wall clock.
 """
 from __future__ import annotations
@@ -49,6 +53,35 @@ print(repr((time.perf_counter() - wall, time.process_time() - cpu, time.perf_cou
 """
 
 
+def _timed(argv: list[str], cwd) -> tuple[float, str]:
+    started = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
+    last = [line for line in (out.stdout or out.stderr).splitlines() if line.strip()]  # the verdict is on stdout
+    return time.perf_counter() - started, last[-1][:100] if last else ""
+
+
+def _validate_and_course_check(lessons: list[str]) -> list[str]:
+    import tempfile
+
+    import nbformat
+
+    from autograder.course import grading
+
+    bin_dir = Path(sys.executable).parent
+    lines = []
+    with tempfile.TemporaryDirectory() as folder:
+        for lesson in lessons:
+            nbformat.write(grading.fill_answers(lesson, grading.reference_answers(lesson)), f"{folder}/{lesson}.ipynb")
+            seconds, last = _timed([str(bin_dir / "nbgrader"), "validate", f"{lesson}.ipynb"], folder)
+            lines.append(f"Validate {lesson:<26} {seconds:7.1f} s  {last}")
+            print(lines[-1], flush=True)
+        subprocess.run([str(bin_dir / "course"), "publish", f"{folder}/students"], capture_output=True, check=True, cwd=ROOT)
+        seconds, last = _timed([str(bin_dir / "course"), "check"], f"{folder}/students")
+        lines.append(f"course check (students' repository, untouched notebooks) {seconds:7.1f} s  {last}")
+        print(lines[-1], flush=True)
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lessons", default="06,07,08,09,11")
@@ -87,6 +120,7 @@ def main() -> int:
             slowest = max(slowest, (wall, f"{check_id} ({'hidden' if cases is not None else 'visible'})"))
     lines.append(f"slowest call: {slowest[1]}, {slowest[0]:.2f} s")
     print(lines[-1])
+    lines += _validate_and_course_check([lesson for lesson in banks.BANKS if lesson[:2] in args.lessons.split(",")])
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
 
