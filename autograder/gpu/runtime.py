@@ -244,8 +244,8 @@ def _warm_up() -> None:
 TIMED_WITHOUT_GPU = ("нужен GPU: {why}. Эта проверка измеряет время ядра, а эмулятор GPU проверяет, что ядро "
                      "считает верно, но не моделирует его скорость, поэтому без GPU она даёт 0 баллов. Запустите "
                      "ноутбук на GPU (Colab: Среда выполнения → Сменить среду выполнения → GPU).")
-NOT_ON_EMULATOR = ("нужен GPU: {why}. Эта проверка пока не запускается на эмуляторе GPU (её случаи слишком велики "
-                   "для него), поэтому без GPU она даёт 0 баллов. Запустите ноутбук на GPU (Colab: Среда "
+NOT_ON_EMULATOR = ("нужен GPU: {why}. Эта проверка не запускается на эмуляторе GPU (ей нужен сам GPU, например "
+                   "compute-sanitizer), поэтому без GPU она даёт 0 баллов. Запустите ноутбук на GPU (Colab: Среда "
                    "выполнения → Сменить среду выполнения → GPU).")
 
 
@@ -256,7 +256,7 @@ def gpu_check(check_id: str, *, points: float, title: str, timeout_s: float = 60
     On a GPU it runs there.  Without one it runs on the PTX emulator (:func:`run_on_emulator`: the
     stand-in posing as a T4, any launch's finding failing the check, each verdict saying so), except that a
     ``timed`` check fails (the emulator has no clock: 0 points, and why) and so does one with ``emulator=False``
-    (cases too large for the emulator yet) or with the emulator turned off (:data:`EMULATOR_ENV`): «нужен GPU»,
+    (a check that needs the GPU itself, such as compute-sanitizer's run) or with the emulator turned off (:data:`EMULATOR_ENV`): «нужен GPU»,
     never a pass.  ``emulator_cases(cases)``: the cases (the visible default or the hidden ones a test cell passes)
     as the emulator runs them, where the GPU's sizes would take it minutes.  (A caller that runs a check's body on
     the stand-in on purpose calls ``get_check(id).function.__wrapped__`` with its own cases, or
