@@ -90,3 +90,18 @@ def test_russian_plural_forms():
     assert [plural(n, *forms) for n in (1, 2, 4, 5, 11, 12, 14, 21, 22, 25, 101, 111, 104)] == [
         "оператор", "оператора", "оператора", "операторов", "операторов", "операторов", "операторов",
         "оператор", "оператора", "операторов", "оператор", "операторов", "оператора"]
+
+
+def test_an_exception_of_student_code_shows_the_students_frames_not_the_graders():
+    """A student's function that fails inside the grader's own code (a stand-in's raise, a helper of the
+    package) shows its own lines: the grader's frames would tell the student nothing and reveal its paths."""
+    from autograder.checks import core
+
+    def student(values):
+        return core.tolerance(values)  # a KeyError raised inside the package
+
+    with pytest.raises(core.CheckFailed) as failure:
+        core.call_student(student, "not a number", what="Функция", case="c")
+    text = str(failure.value)
+    assert "выбросила исключение" in text and "in student" in text, text
+    assert core._PACKAGE_DIR not in text and "autograder/" not in text, text

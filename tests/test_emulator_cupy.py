@@ -43,7 +43,7 @@ def test_a_raw_kernel_runs_on_the_emulator_and_writes_through_a_view():
 
 def test_an_out_of_bounds_access_stops_the_kernel_as_a_cuda_error_would():
     x, y = ecp.asarray(np.ones(4, np.float32)), ecp.empty(8, dtype=ecp.float32)
-    with pytest.raises(ecp.EmulatedFault, match="past_the_end остановлено эмулятором GPU.*аргумент № 1"):
+    with pytest.raises(ecp.EmulatedFault, match=r"past_the_end остановлено эмулятором GPU.*args\[0\] вызова ядра(?s:.*)Что сделать: проверьте формулу индекса"):
         ecp.RawKernel(SCALE, "past_the_end")((1,), (8,), (x, y, np.int32(8)))
 
 
@@ -143,7 +143,7 @@ def test_a_check_on_the_emulator_says_so_in_every_verdict():
                                                           ecp.empty(8, dtype=ecp.float32), np.int32(8)))
 
     assert run_on_emulator(passes) == f"совпадает ({ecp.EMULATED})"
-    with pytest.raises(CheckFailed, match=r"past_the_end остановлено эмулятором GPU.*\(проверено на эмуляторе GPU\)$"):
+    with pytest.raises(CheckFailed, match=r"(?s)past_the_end остановлено эмулятором GPU.*Что сделать: .*\(проверено на эмуляторе GPU\)$"):
         run_on_emulator(stops)
 
 

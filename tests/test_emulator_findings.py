@@ -41,7 +41,7 @@ def test_a_read_past_the_end_of_an_array_names_the_array_the_bytes_the_thread_an
     assert f.kind == "global_oob"
     assert f.block == (2, 0, 0) and f.thread == (13, 0, 0)  # i = 77: the first element past the end
     assert f.line == line_of(NO_TAIL_GUARD, "y[i] = 2.0f")
-    assert "чтение 4 Б" in f.message and "аргумент № 1" in f.message and "на 0 Б за концом" in f.message
+    assert "чтение 4 Б" in f.message and "args[0] вызова ядра" in f.message and "на 0 Б за концом" in f.message
     assert "float32[77], 308 Б" in f.message
     assert "ld.global" in f.instruction
     # the run stopped at the faulting load, as a GPU stops the kernel: the store after it never ran
@@ -311,7 +311,7 @@ extern "C" __global__ void last_wins(const float* x, float* y, int same)
     r = launch(nvrtc.ptx(source), "last_wins", 2, 64, [x, y, np.int32(0)])
     assert kinds(r) == ["global_race"]
     f = r.findings[0]
-    assert "аргумент № 2, байт 0" in f.message and f.thread == (0, 0, 0) and "поток (1, 0, 0) блока (0, 0, 0)" in f.message
+    assert "массив args[1] вызова ядра, байт 0" in f.message and f.thread == (0, 0, 0) and "поток (1, 0, 0) блока (0, 0, 0)" in f.message
     # every thread writing the same value: the outcome does not depend on the order, no finding
     r = launch(nvrtc.ptx(source), "last_wins", 2, 64, [x, y, np.int32(1)])
     assert r.ok and y[0] == 1.0
@@ -369,7 +369,7 @@ def test_matmul_without_the_edge_guard_on_the_tile_load_reads_past_the_array():
                                         "A[(size_t)row * K + ka]", np.ones((33, 70), np.float32),
                                         np.ones((70, 17), np.float32))
     (f,) = r.findings
-    assert f.kind == "global_oob" and "аргумент № 1" in f.message and "float32[33×70]" in f.message
+    assert f.kind == "global_oob" and "args[0] вызова ядра" in f.message and "float32[33×70]" in f.message
     assert f.line == line_of(bad, "As[threadIdx.y][threadIdx.x] =")
 
 

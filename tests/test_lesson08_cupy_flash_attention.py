@@ -53,6 +53,17 @@ def test_causal_tile_fraction_is_below_the_bound_at_the_emulators_length_and_mas
     assert gpu.causal_tile_bound(1024) <= 0.62 and gpu.causal_tile_bound(2048) == CAUSAL_TILE_RATIO
 
 
+@pytest.mark.parametrize("source", ["08_cupy_flash_attention.py", "09_tensor_cores.py"])
+def test_the_check_list_quotes_the_tile_bounds_the_check_uses(source):
+    """The lessons' «Проверки» lists state the bound of the tile counter on a GPU and on the emulator: the
+    numbers the check itself uses (runtime.causal_tile_bound)."""
+    text = (course.ROOT / "lessons" / source).read_text(encoding="utf-8")
+    line = next(part for part in text.split("# - ") if part.startswith("causal пропускает тайлы"))
+    n = gpu_attention.EMULATOR_CAUSAL_SKIP_N
+    assert f"не больше {CAUSAL_TILE_RATIO:g} " in line
+    assert f"n = {n}" in line and f"до {gpu.causal_tile_bound(n):.3g}" in line
+
+
 def test_the_emulators_cases_are_the_checks_own_cases_made_small():
     """Same seeds, d, masks and scales; at most two heads; n at most 256 plus the case's own tail past a multiple of
     128 (a partial tile stays partial, a multiple of 128 stays one); small cases unchanged."""

@@ -76,6 +76,21 @@ def test_the_variant_is_named_where_it_differs_from_the_oracle():
                                               variants=reference.RMS_NORM_MISTAKES, case="eps=1e-2")) == EPS_IGNORED
 
 
+def test_a_named_mistake_replaces_the_checks_general_hint_and_an_unnamed_miss_keeps_it():
+    """The general hint of a comparison (e.g. «проверьте маску») may point away from the mistake the grader
+    recognised: when a mistake is named the message carries it instead of the hint, otherwise the hint."""
+    x = np.linspace(1, 2, 8)
+    doubled = {"удвоение": lambda a: 2 * a}
+    hint = "Подсказка: проверьте маску."
+    with pytest.raises(CheckFailed) as named_one:
+        compare_or_name((2 * x).astype(np.float32), x, inputs=(x,), variants=doubled, case="x", hint=hint)
+    assert named_one.value.mistake == "удвоение" and hint not in str(named_one.value)
+    assert "неверных элементов" in str(named_one.value)
+    with pytest.raises(CheckFailed) as unnamed:
+        compare_or_name((3 * x).astype(np.float32), x, inputs=(x,), variants=doubled, case="x", hint=hint)
+    assert getattr(unnamed.value, "mistake", None) is None and hint in str(unnamed.value)
+
+
 def test_the_match_is_as_strict_as_the_comparison():
     """An output 3e-5 off a variant that really differs from the oracle: the comparison's 1e-5 does not accept
     it, so neither does the matcher (the old one, at 1e-4, did)."""

@@ -26,6 +26,9 @@ import numpy as np
 #: empty boxes where no emoji font is installed.
 PASS_MARK, FAIL_MARK, SKIP_MARK = "✓", "✗", "○"
 
+#: The package's folder: frames from here are the grader's, left out of what a student's exception shows.
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + "/"
+
 
 class CheckFailed(AssertionError):
     """A graded property does not hold; the message is meant for the student (Russian)."""
@@ -219,7 +222,9 @@ def call_student(function: Any, *args, case: str, what: str = "функция", 
         raise CheckFailed(f"{what} исчерпала лимит памяти проверки на случае {case}: "
                           "MemoryError. Скорее всего, создаётся слишком большой массив.") from None
     except BaseException as error:  # SystemExit and KeyboardInterrupt too: they are the student's
-        frames = traceback.extract_tb(error.__traceback__)[1:]
+        # The student's frames only: the grader's own (a stand-in's raise, a helper's) tell a student nothing.
+        frames = [frame for frame in traceback.extract_tb(error.__traceback__)[1:]
+                  if not frame.filename.startswith(_PACKAGE_DIR)]
         where = "".join(traceback.format_list(frames[-3:])) if frames else ""
         try:
             name, text = guard.describe(error)  # its __str__ is student code

@@ -200,7 +200,10 @@ class RawKernel:
         LAUNCHES.append((self.name, result))
         fatal = [f for f in result.findings if f.kind in FATAL]
         if fatal:
-            raise EmulatedFault(f"ядро {self.name} остановлено эмулятором GPU: {fatal[0]}")
+            __tracebackhide__ = True  # IPython: the student's cell is the frame to show, not the stand-in's
+            advice = ADVICE.get(fatal[0].kind)
+            raise EmulatedFault(f"ядро {self.name} остановлено эмулятором GPU: {fatal[0]}"
+                                + (f"\nЧто сделать: {advice}." if advice else ""))
 
 
 class _Device:
@@ -336,8 +339,17 @@ ADVICE = {
     "cp_async_pending": "чтение тайла до cp.async.wait_group / wait_all: дождитесь копирования, затем __syncthreads()",
     "divergent_barrier": "__syncthreads() внутри if, который потоки блока проходят по-разному: вынесите барьер "
                          "из ветвления",
-    "barrier_after_exit": "часть потоков вышла из ядра (return), а остальные ждут их на __syncthreads(): вместо "
-                          "раннего return оберните работу в if и дойдите до барьера всеми потоками",
+    "barrier_after_exit": "часть потоков вышла из ядра (return) или обошла __syncthreads() внутри if, а остальные "
+                          "ждут их на барьере: вынесите __syncthreads() из if, а вместо раннего return оберните "
+                          "работу в if и дойдите до барьера всеми потоками",
+    "global_oob": "проверьте формулу индекса и защиту хвоста (if (i < n)) у каждого чтения и записи этого массива: "
+                  "потоки последнего блока, которым не хватило элементов, не должны к нему обращаться",
+    "shared_oob": "проверьте размер массива __shared__ (или shared_mem= при запуске для extern __shared__) и "
+                  "индексы, которыми потоки в него пишут и читают",
+    "local_oob": "индекс локального массива потока вышел за его размер: проверьте границы цикла",
+    "misaligned": "адрес доступа должен делиться на его размер: проверьте смещения и приведения указателей "
+                  "(float4, int2 …) и что массив не начат с нечётного элемента",
+    "timeout": "проверьте условие выхода из циклов ядра (счётчик растёт? граница та?)",
     "partial_warp_collective": "__shfl_sync / __ballot_sync / mma.sync вызваны не всеми потоками из маски: "
                                "вызывайте их всем варпом, а лишние потоки отбрасывайте после",
 }

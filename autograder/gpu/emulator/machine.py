@@ -999,7 +999,8 @@ class Machine:
             lane = int(np.flatnonzero(waiting & (self.slot == k))[0])
             self.fault("barrier_after_exit",
                        f"__syncthreads() ждут {int(per_block[k])} потоков блока, а {int(gone[k])} потоков этого блока "
-                       "уже вышли из ядра (return до барьера): барьер должны пройти все потоки блока",
+                       "уже вышли из ядра, не дойдя до него (return раньше барьера или __syncthreads() внутри if, который "
+                       "они обошли): барьер должны пройти все потоки блока",
                        lane, self.ops[int(bar_pc[lane])].ins)
         if len(pcs) > 1:
             seen = np.zeros(B, dtype=np.int64)

@@ -103,7 +103,7 @@ class GlobalArena:
     def where(self, address: int) -> str:
         """Russian: which argument array and byte offset an address (inside an allocation) is."""
         k = int(np.searchsorted(self.starts, np.uint64(address), side="right")) - 1
-        return f"аргумент № {self.positions[k] + 1}, байт {address - int(self.starts[k])}"
+        return f"массив args[{self.positions[k]}] вызова ядра, байт {address - int(self.starts[k])}"
 
     def address_of(self, k: int) -> int:
         return int(self.starts[k])
@@ -154,7 +154,7 @@ class GlobalArena:
         if k + 1 < len(starts):
             candidates.append(k + 1)
         best = min(candidates, key=lambda j: (address - ends[j]) if address >= starts[j] else (starts[j] - address))
-        name = f"аргумент № {self.positions[best] + 1} ({_describe_array(self.arrays[best])})"
+        name = f"args[{self.positions[best]}] вызова ядра ({_describe_array(self.arrays[best])})"
         rel = address - starts[best]
         if address >= starts[best] and address < ends[best]:
             past = address + size - ends[best]
