@@ -58,7 +58,9 @@ def test_the_published_tree_is_the_students_repository_and_nothing_else(out):
     assert files(out / "autograder") == sorted(str(p.relative_to(package)) for p in package.rglob("*")
                                                if p.is_file() and "__pycache__" not in p.parts)
     assert files(out / ".jupyter") == sorted(publish.LAB_SETTINGS)
-    names = {part for path in files(out) for part in Path(path).parts}
+    # The measurements the lessons cite, and not a benchmark script (several run the reference solutions).
+    assert [f"benchmarks/{name}" for name in files(out / "benchmarks")] == publish.cited_results() != []
+    names = {part for path in files(out) if not path.startswith("benchmarks/") for part in Path(path).parts}
     assert not names & {"solutions", "source", "tests", "benchmarks", "gradebook.db", "nbgrader_config.py",
                         "submitted", "autograded", "feedback", ".ci", "__pycache__"}
 

@@ -9,8 +9,10 @@ What OUT gets, and nothing else of the course:
     environment.yml   the same pins for conda / Binder
     .jupyter/         the lab's settings (Russian UI, the Validate dialog, nbgrader's instructor panels off)
     README.md, Makefile, .gitignore   the students' own (templates in student/ of this repository)
+    benchmarks/results/   the measurements the lesson texts cite (data with device, date and command; no script)
 
-Never: solutions/, tests/ (the banks hold answers), benchmarks/, nbgrader_config.py, a gradebook.
+Never: solutions/, tests/ (the banks hold answers), the benchmark scripts (several run the reference solutions),
+nbgrader_config.py, a gradebook.
 The course repository's address (:data:`autograder.course.settings.COURSE_REPOSITORY`, or ``--repository``) is
 written into the copy: the notebooks' install cell and "Open in Colab" links, the package's
 constant and the README's Colab links.
@@ -40,7 +42,9 @@ LAB_SETTINGS = ("labconfig/default_setting_overrides.json", "labconfig/page_conf
                 "jupyter_server_config.json", "student/labconfig/page_config.json")
 #: Every top-level path that publish writes (and replaces in OUT).
 PUBLISHED = ("notebooks", "autograder", ".jupyter", "pyproject.toml", "environment.yml",
-             "README.md", "Makefile", ".gitignore")
+             "README.md", "Makefile", ".gitignore", "benchmarks")
+#: How a lesson text cites a committed measurement.
+CITED_RESULT = re.compile(r"benchmarks/results/[A-Za-z0-9_.-]+\.json")
 
 _GITHUB = re.compile(r"https://github\.com/([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9._-]+?)(?:\.git)?/?")
 
@@ -100,6 +104,9 @@ def publish(out: Path, repository: str = settings.COURSE_REPOSITORY, root: Path 
     (out / "README.md").write_text(student_readme(root, repository), encoding="utf-8")
     for name in ("Makefile", ".gitignore"):
         shutil.copy(root / TEMPLATES / name, out / name)
+    for name in cited_results(root):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / name, out / name)
 
     leaks = [f"{path}: {s.kind} ({s.lesson}): {s.text[:80]}"
              for path, s in secrets_in(out / course.RELEASE, course_secrets(root))]
@@ -108,6 +115,16 @@ def publish(out: Path, repository: str = settings.COURSE_REPOSITORY, root: Path 
         raise RuntimeError("в студенческих ноутбуках нашлись решения или скрытые тесты (notebooks/ убрана "
                            "из публикации); выполните make release:\n" + "\n".join(leaks))
     return [out / name for name in PUBLISHED]
+
+
+def cited_results(root: Path = course.ROOT) -> list[str]:
+    """The measurement files (``benchmarks/results/*.json``) that the lesson texts cite, as repository paths."""
+    cited = {match for lesson in sorted((root / course.TEXT_SOURCES).glob("*.py"))
+             for match in CITED_RESULT.findall(lesson.read_text(encoding="utf-8"))}
+    missing = sorted(name for name in cited if not (root / name).is_file())
+    if missing:
+        raise RuntimeError("уроки ссылаются на замеры, которых нет в репозитории курса: " + ", ".join(missing))
+    return sorted(cited)
 
 
 def _refuse_course_checkout(out: Path, root: Path) -> None:
