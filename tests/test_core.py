@@ -105,3 +105,16 @@ def test_an_exception_of_student_code_shows_the_students_frames_not_the_graders(
     text = str(failure.value)
     assert "выбросила исключение" in text and "in student" in text, text
     assert core._PACKAGE_DIR not in text and "autograder/" not in text, text
+
+
+def test_an_unknown_check_id_says_where_the_package_was_looked_for_and_what_to_do():
+    """An author whose new lesson lives in another checkout than the one installed must see which package
+    Python imported (the trial: an editable install of another checkout)."""
+    from autograder.checks import core
+
+    with pytest.raises(KeyError) as no_lesson:
+        core.get_check("lesson98.equivalence")
+    assert str(core.LESSONS_DIR) in str(no_lesson.value) and "pip install -e" in str(no_lesson.value)
+    with pytest.raises(KeyError) as no_check:
+        core.get_check("lesson02.no_such_check")
+    assert "autograder.lessons.lesson02" in str(no_check.value) and "@check" in str(no_check.value)

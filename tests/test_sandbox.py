@@ -224,3 +224,29 @@ def test_course_grade_of_ones_own_notebook_goes_on_without_the_sandbox_with_one_
                           env=without_bwrap(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("Без песочницы bubblewrap") == 1 and "12 из 12" in done.stdout, done.stdout
+
+
+@needs_bwrap
+def test_a_grader_run_from_a_linked_venv_inside_a_hidden_folder_still_starts_its_python(tmp_path):
+    """An author's course folder whose .venv is a link to an environment elsewhere (the author trial: the
+    kernel died before replying): the grader runs Python by the link's path, which lies in the hidden course
+    folder, and the environment itself may lie in another hidden folder.  Both stay reachable, read-only."""
+    elsewhere, course_dir, scratch = tmp_path / "elsewhere", tmp_path / "course", tmp_path / "scratch"
+    for folder in (elsewhere, course_dir, scratch):
+        folder.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(elsewhere / "env")], check=True)
+    (course_dir / ".venv").symlink_to(elsewhere / "env")
+    linked_python = course_dir / ".venv" / "bin" / "python"
+    package_parent = str(Path(sandbox.__file__).resolve().parents[2])
+    probe = (
+        "import subprocess, sys\n"
+        "from autograder.isolation import sandbox\n"
+        f"box = sandbox.Sandbox(scratch={str(scratch)!r}, hidden=({str(course_dir)!r}, {str(elsewhere)!r}))\n"
+        "argv = sandbox.command(box, [sys.executable, '-c', 'import sys; print(\"inside\", sys.prefix)'], "
+        f"env={{}}, cwd={str(scratch)!r})\n"
+        "done = subprocess.run(argv, capture_output=True, text=True)\n"
+        "print(done.stdout, done.stderr)\n")
+    site_packages = [p for p in sys.path if p.endswith("site-packages")]
+    done = subprocess.run([str(linked_python), "-c", probe], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([package_parent, *site_packages])})
+    assert f"inside {course_dir / '.venv'}" in done.stdout, done.stdout + done.stderr

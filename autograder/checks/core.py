@@ -144,7 +144,9 @@ def lesson_module_name(check_id: str) -> str:
     if prefix in GRADER_MODULES:
         return GRADER_MODULES[prefix]
     if not LESSON_PACKAGE.fullmatch(prefix) or importlib.util.find_spec(f"autograder.lessons.{prefix}") is None:
-        raise KeyError(f"no lesson package for check id {check_id!r}")
+        raise KeyError(f"нет пакета урока для проверки {check_id!r} в {LESSONS_DIR} — оттуда этот Python "
+                       "импортирует пакет autograder; если урок добавлен в другой копии курса, установите её: "
+                       "pip install -e <папка курса> (make создаёт .venv с этой копией)")
     return f"autograder.lessons.{prefix}"
 
 
@@ -155,7 +157,8 @@ def get_check(check_id: str) -> Check:
     try:
         return _REGISTRY[check_id]
     except KeyError:
-        raise KeyError(f"unknown check id {check_id!r}") from None
+        raise KeyError(f"нет проверки {check_id!r} в {lesson_module_name(check_id)}: проверьте имя в вызове "
+                       "grade(...) (его пишет ячейка урока) и @check в checks.py урока") from None
 
 
 def all_checks(prefix: str = "") -> dict[str, Check]:

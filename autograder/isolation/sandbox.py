@@ -112,13 +112,16 @@ def _inside(path: str, folder: str) -> bool:
 
 def needed_paths() -> list[str]:
     """What the grader's processes read inside a sandbox: the Python installation, its packages and this
-    package (an editable install lives in the course folder), the CUDA libraries CuPy found."""
+    package (an editable install lives in the course folder), the CUDA libraries CuPy found — each where it
+    really is and where it is named (a ``.venv`` that is a link to a folder elsewhere is run by the link's
+    path: both must be there)."""
     from . import guard
 
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, guard.PACKAGE_DIR,
-             os.path.dirname(os.path.realpath(sys.executable)), *sysconfig.get_paths().values(),
-             *site.getsitepackages()}
-    return sorted({os.path.realpath(p) for p in paths if os.path.exists(p)})
+             os.path.dirname(os.path.abspath(sys.executable)), os.path.dirname(os.path.realpath(sys.executable)),
+             *sysconfig.get_paths().values(), *site.getsitepackages()}
+    paths = [p for p in paths if os.path.exists(p)]
+    return sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
 
 
 #: What a sandbox keeps of the environment it is given (names, or prefixes ending in "_"): the rest of the
@@ -150,7 +153,7 @@ def command(sandbox: Sandbox, argv: list[str], *, env: dict[str, str], cwd: str)
     for path in needed_paths():  # back, read-only, where a hidden folder covered them (never a folder
         covered = any(_inside(path, folder) for folder in hidden)  # that holds a hidden one)
         if covered and not any(_inside(folder, path) for folder in hidden):
-            args += ["--ro-bind", path, path]
+            args += ["--ro-bind", os.path.realpath(path), path]
     args += ["--proc", "/proc", "--dev", "/dev"]
     if sandbox.gpu:
         for device in _gpu_devices():
