@@ -41,7 +41,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 from autograder import grade
 from autograder.gpu.runtime import choose_cupy, gpu_status
-from autograder.lessons.roofline import show as show_roofline   # без GPU: ядро на roofline урока 01
+from autograder.lessons.roofline import show as show_roofline   # ядро на roofline урока 01: без GPU по счёту эмулятора, на GPU по замеру
 cp = choose_cupy()   # CuPy на GPU, без GPU — эмулятор GPU с тем же API; строка ниже говорит, что выбрано
 
 # %% [markdown]
@@ -343,7 +343,8 @@ grade('lesson07.speed', fused_rms_norm_gpu, cases=[{'T': 16384, 'D': 2048, 'seed
 # ## 5. Измеряем на вашем GPU
 #
 # Сравним ваше ядро с наивной композицией CuPy и (если установлен PyTorch) с `torch.nn.functional.rms_norm`,
-# а пропускную способность — с копированием память→память того же объёма. Без GPU ячейка ничего не делает.
+# а пропускную способность — с копированием память→память того же объёма; в конце ваше ядро встанет по замеру на
+# roofline урока 01 (★ под крышей вашего GPU). Без GPU ячейка ничего не делает.
 #
 # **Прогноз.** Какую долю скорости копирования наберёт ваше ядро (эталонное на H200 — 84–96 %, смотря как мерить, раздел 2)?
 
@@ -381,6 +382,8 @@ if gpu_status()[0]:
     plt.xlabel("ТБ/с (байты чтения + записи)"); plt.title(f"RMSNorm fp32, T={T}, D={D}"); plt.show()
     share = timings["копирование x → y"] / timings["ваше ядро"]
     print(f"ваше ядро: {share:.0%} копирования" + ("" if my_guess_copy_share is None else f"; прогноз: {my_guess_copy_share:.0%}"))
+    # на roofline урока 01: 4 FLOP на элемент (квадрат и сумма — одно FMA, умножение на 1/rms и на w)
+    show_roofline(measured=[("ваше ядро", timings["ваше ядро"] / 1e3, moved, 4 * x.size)])
 else:
     print("GPU нет: измерения пропущены. Числа с H200 — в разделе 2 (эталонное ядро: 84–96 % копирования)"
           + ("" if my_guess_copy_share is None else f"; ваш прогноз: {my_guess_copy_share:.0%}"))

@@ -40,7 +40,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 from autograder import grade
 from autograder.gpu.runtime import choose_cupy, gpu_status
-from autograder.lessons.roofline import show as show_roofline   # без GPU: ядро на roofline урока 01
+from autograder.lessons.roofline import show as show_roofline   # ядро на roofline урока 01: без GPU по счёту эмулятора, на GPU по замеру
 cp = choose_cupy()   # CuPy на GPU, без GPU — эмулятор GPU с тем же API; строка ниже говорит, что выбрано
 
 # %% [markdown] id="8134e96e"
@@ -419,17 +419,20 @@ if gpu_status()[0]:
     except ImportError:
         torch = None
     H, d = 8, 64
+    measured = []   # (имя, секунды, байты Q, K, V и O, FLOP) — для roofline урока 01
     for n in (1024, 4096):
         q, k, v = (cp.random.standard_normal((H, n, d), dtype=cp.float32) for _ in range(3))
         for causal in (False, True):
             flops = 4 * H * n * n * d / (2 if causal else 1)
             line = {"ядро": time_ms(lambda: flash_attention_gpu(q, k, v, causal)),
                     "наивная CuPy": time_ms(lambda: naive_attention(q, k, v, causal))}
+            measured.append((f"ядро, n={n}{', causal' if causal else ''}", line["ядро"] / 1e3, 4 * q.nbytes, flops))
             if torch is not None:
                 tq, tk, tv = (torch.as_tensor(a, device="cuda")[None] for a in (q, k, v))
                 line["SDPA fp32"] = time_ms(lambda: sdpa(tq, tk, tv, is_causal=causal))
             print(f"n={n:5d} causal={causal!s:5}: " +
                   ", ".join(f"{name} {flops / ms / 1e9:5.1f} TFLOP/s" for name, ms in line.items()))
+    show_roofline(measured=measured)
 else:
     print("GPU нет: измерения пропущены. Числа с H200 — в разделе 2.")
 

@@ -44,7 +44,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 from autograder import grade
 from autograder.gpu.runtime import choose_cupy, gpu_status
-from autograder.lessons.roofline import show as show_roofline   # без GPU: ядро на roofline урока 01
+from autograder.lessons.roofline import show as show_roofline   # ядро на roofline урока 01: без GPU по счёту эмулятора, на GPU по замеру
 cp = choose_cupy()   # CuPy на GPU, без GPU — эмулятор GPU с тем же API; строка ниже говорит, что выбрано
 
 # %% [markdown] id="p1"
@@ -945,11 +945,13 @@ if gpu_status()[0]:
     except ImportError:
         torch = None
     H = 16
+    measured = []   # (имя, секунды, байты Q, K, V и O в f16, FLOP, на тензорных ядрах) — для roofline урока 01
     for n, d in ((4096, 64), (4096, 128)):
         q, k, v = (cp.random.standard_normal((H, n, d), dtype=cp.float32).astype(cp.float16) for _ in range(3))
         for causal in (False, True):
             flops = 4 * H * n * n * d / (2 if causal else 1)
             line = {"ваше ядро": time_ms(lambda: flash_attention_tc_gpu(q, k, v, causal))}
+            measured.append((f"d={d}{', causal' if causal else ''}", line["ваше ядро"] / 1e3, 4 * q.nbytes, flops, True))
             if torch is not None:
                 tq, tk, tv = (torch.as_tensor(a, device="cuda")[None] for a in (q, k, v))
                 line["SDPA f16"] = time_ms(lambda: sdpa(tq, tk, tv, is_causal=causal))
@@ -957,6 +959,7 @@ if gpu_status()[0]:
                 line["SDPA fp32"] = time_ms(lambda: sdpa(tq, tk, tv, is_causal=causal), repeat=2)
             print(f"n={n} d={d:3d} causal={causal!s:5}: " +
                   ", ".join(f"{name} {flops / ms / 1e9:6.1f} TFLOP/s" for name, ms in line.items()))
+    show_roofline(measured=measured)
 else:
     print("GPU нет: измерения пропущены. Числа с H200 — в разделе 7.")
 

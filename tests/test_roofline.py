@@ -79,3 +79,28 @@ def test_on_a_machine_with_the_emulator_off_show_says_where_it_works(monkeypatch
     with contextlib.redirect_stdout(io.StringIO()) as out:
         roofline.show()
     assert "без GPU" in out.getvalue()
+
+
+def test_a_timed_kernel_is_placed_under_the_roof_of_the_gpu_it_ran_on(monkeypatch):
+    """On a GPU the measurement cells pass (name, seconds, bytes, FLOPs): an RMSNorm at copy speed on the H200
+    attains the memory roof at its intensity; on another GPU the H200's roof is the yardstick and it says so."""
+    moved = 2 * 16384 * 4096 * 4  # read x, write y
+    point = roofline.Measured("rms", moved / 4.8e12, moved, 4 * 16384 * 4096)
+    assert point.intensity == 0.5 and point.roof_at_intensity(roofline.ROOFS["H200"]) == 0.5 * 4.8e12
+    text = roofline.measured_report([point], "H200")
+    assert "4800 ГБ/с" in text and "ограничено памятью" in text and "достигнуто 100%" in text, text
+    assert "взята крыша H200" in roofline.measured_report([point], None)
+    monkeypatch.setattr(runtime, "emulated", lambda: False)
+    monkeypatch.setattr(runtime, "gpu_status", lambda: (True, "NVIDIA H200 (132 SM), CuPy 14.2.0"))
+    monkeypatch.setattr("matplotlib.pyplot.show", lambda: None)
+    assert roofline.device_roof() == "H200"
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        roofline.show(measured=[("rms", moved / 2.4e12, moved, 4 * 16384 * 4096)])
+    assert "rms:" in out.getvalue() and "достигнуто 50%" in out.getvalue(), out.getvalue()
+
+
+def test_a_timed_point_on_the_emulator_says_time_is_not_modelled():
+    with runtime.stand_in("T4"):
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            roofline.show(measured=[("k", 1e-3, 1e6, 1e6)])
+    assert "Эмулятор не моделирует время" in out.getvalue()

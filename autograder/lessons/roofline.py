@@ -4,8 +4,10 @@ Without a GPU, every launch on the emulator records the bytes its global loads a
 floating-point operations (:mod:`autograder.gpu.emulator.counts`).  :func:`show` puts each kernel launched since
 its last call on the roofline of a T4 (Colab's free GPU) and of the H200 of the lessons' measurements: its
 arithmetic intensity against each ridge point, what bounds it, and the least time the roofline allows it — the
-point of the module, bytes rather than FLOPs deciding, seen on the student's own kernel.  On a GPU the lessons
-time the kernels instead (the emulator does not model time).
+point of the module, bytes rather than FLOPs deciding, seen on the student's own kernel.  On a GPU the lessons'
+measurement cells time the kernels (the emulator does not model time) and pass :class:`Measured` points —
+time, the bytes the operation must move, its FLOPs — to :func:`show`, which puts the attained point under the
+roofs: how far below its roof the kernel runs.
 """
 from __future__ import annotations
 
@@ -60,6 +62,37 @@ class KernelTraffic:
         return roof.tensor_f16 if self.tensor_flops > self.flops else roof.fp32
 
 
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """A kernel timed on a GPU: ``seconds`` a call, the ``bytes`` of global memory the operation must move (its
+    inputs read and its output written once) and its ``flops``; ``tensor``: the FLOPs run on tensor cores."""
+
+    name: str
+    seconds: float
+    bytes: float
+    flops: float
+    tensor: bool = False
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / max(self.bytes, 1)
+
+    @property
+    def attained(self) -> float:
+        """FLOP/s."""
+        return self.flops / self.seconds
+
+    def roof_at_intensity(self, roof: Roof) -> float:
+        """The most FLOP/s the roofline allows at this intensity."""
+        return min(roof.tensor_f16 if self.tensor else roof.fp32, self.intensity * roof.bandwidth)
+
+
+def device_roof() -> str | None:
+    """The :data:`ROOFS` key of the GPU this process runs on (None: another GPU, or none)."""
+    ok, text = runtime.gpu_status()
+    return next((name for name in ROOFS if ok and name in text), None)
+
+
 _SEEN = {"launches": 0}
 
 
@@ -101,12 +134,31 @@ def report(kernels: list[KernelTraffic]) -> str:
     return "\n".join(lines)
 
 
-def plot(kernels: list[KernelTraffic]):
-    """Lesson 01's roofline of the T4 and the H200 (log-log) with each kernel at its intensity on both roofs."""
+def measured_report(points: list[Measured], device: str | None) -> str:
+    """Russian lines, a timed kernel each: its bandwidth and FLOP/s, and how much of the roof at its intensity
+    that is on this GPU (``device``, a :data:`ROOFS` key) or, on another GPU, on the H200's."""
+    lines = []
+    for m in points:
+        gpu = device or "H200"
+        roof = ROOFS[gpu]
+        share = m.attained / m.roof_at_intensity(roof)
+        bound = "памятью" if m.intensity * roof.bandwidth < (roof.tensor_f16 if m.tensor else roof.fp32) else \
+            "вычислениями"
+        lines.append(f"{m.name}: {_seconds(m.seconds)} → {m.bytes / m.seconds / 1e9:.4g} ГБ/с, "
+                     f"{m.attained / 1e12:.3g} TFLOP/s при интенсивности {m.intensity:.3g} FLOP/байт; крыша {gpu} "
+                     f"здесь (ограничено {bound}) — {m.roof_at_intensity(roof) / 1e12:.3g} TFLOP/s, достигнуто "
+                     f"{share:.0%}" + ("" if device else " (ваш GPU не T4 и не H200: для сравнения взята крыша H200)")
+                     + ".")
+    return "\n".join(lines)
+
+
+def plot(kernels: list[KernelTraffic], measured: list[Measured] = ()):
+    """Lesson 01's roofline of the T4 and the H200 (log-log) with each kernel at its intensity on both roofs and
+    each timed kernel at the FLOP/s it attained (a star)."""
     import matplotlib.pyplot as plt
 
-    tensor = any(k.tensor_flops > k.flops for k in kernels)
-    intensities = [k.intensity for k in kernels if k.intensity > 0] or [1.0]
+    tensor = any(k.tensor_flops > k.flops for k in kernels) or any(m.tensor for m in measured)
+    intensities = [k.intensity for k in (*kernels, *measured) if k.intensity > 0] or [1.0]
     x = np.logspace(np.log10(min(min(intensities) / 4, 0.05)), np.log10(max(max(intensities) * 4, 500)), 200)
     fig, ax = plt.subplots(figsize=(7, 4))
     for (gpu, roof), style in zip(ROOFS.items(), ("-", "--")):
@@ -117,22 +169,40 @@ def plot(kernels: list[KernelTraffic]):
         for k in kernels:
             ax.plot([k.intensity], [min(k.peak(roof), k.intensity * roof.bandwidth) / 1e12], "o" if gpu == "T4" else "s",
                     color=f"C{kernels.index(k)}", label=k.name if gpu == "T4" else None)
+    for i, m in enumerate(measured):
+        ax.plot([m.intensity], [m.attained / 1e12], "*", markersize=12, color=f"C{len(kernels) + i}",
+                label=f"{m.name}: замер, {m.attained / 1e12:.3g} TFLOP/s")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("интенсивность, FLOP/байт глобальной памяти")
     ax.set_ylabel("достижимо, TFLOP/s")
-    ax.set_title("Ваши ядра на roofline (счёт эмулятора GPU; ● T4, ■ H200)")
+    ax.set_title("Ваши ядра на roofline (замер на GPU: ★; крыши: T4 сплошная, H200 пунктир)" if measured else
+                 "Ваши ядра на roofline (счёт эмулятора GPU; ● T4, ■ H200)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def show() -> None:
+def show(measured: list | None = None) -> None:
     """The notebooks' call after a kernel ran: on the emulator, the report and the plot of the kernels launched
-    since the last call; on a GPU, one line (the lesson times its kernels there)."""
+    since the last call; on a GPU, given the ``measured`` kernels of a measurement cell (:class:`Measured`, or
+    its fields as a tuple: name, seconds, bytes, FLOPs[, tensor]), where they are under the roofs, else one line
+    (the lesson's measurement cells pass them)."""
+    if measured:
+        measured = [m if isinstance(m, Measured) else Measured(*m) for m in measured]
+        if runtime.emulated():
+            print("Эмулятор не моделирует время: точки по замеру строятся на GPU.")
+            return
+        print("Где ваши ядра на roofline урока 01 по замеру (байты — сколько операция должна прочитать и "
+              "записать; не оценивается):\n" + measured_report(measured, device_roof()))
+        import matplotlib.pyplot as plt
+
+        plot([], measured)
+        plt.show()
+        return
     if not runtime.emulated():
-        print("Roofline по счёту эмулятора строится без GPU; на GPU ядра измеряются в ячейках с замерами ниже.")
+        print("Roofline по счёту эмулятора строится без GPU; на GPU ядра попадают на него в ячейках с замерами ниже.")
         return
     kernels = new_launches()
     if not kernels:
