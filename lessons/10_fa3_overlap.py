@@ -41,7 +41,7 @@
 # 1. выведете makespan последовательного цикла и конвейера с кольцом из S ячеек, и поймёте, когда цикл упирается в копирование;
 # 2. посчитаете загрузку тензорных ядер по записанным событиям и выведете, что даёт ping-pong;
 # 3. напишете программу варп-группы с двухстадийным перекрытием softmax и GEMM и исполните её численно: расписание не меняет O;
-# 4. посмотрите на настоящую многопоточную версию (поток загрузки, поток вычислений, очередь) — показ, без оценки;
+# 4. посмотрите на настоящую многопоточную версию на потоках Python (поток загрузки, главный поток счёта, очередь) — показ, без оценки;
 # 5. квантуете Q, K, V в FP8 e4m3 поблочно и повернёте Q, K матрицей Адамара; измерите ошибку внимания на данных с выбросами.
 #
 # Проверки запускаются ячейками «Проверка» или кнопкой **Validate**. Каждая проверка выполняется в отдельном процессе.
@@ -75,7 +75,7 @@ F8 = ml_dtypes.float8_e4m3fn   # FP8 e4m3 (раздел 7)
 #
 # Упрощения модели: K и V тайла лежат в одной ячейке кольца (в коде FA3 у них отдельные конвейеры, раздел 2);
 # перемасштабирование O бесплатно; у каждой варп-группы свой тайл Q и
-# свой поток тайлов. Симулятор записывает каждое событие (`Event`: устройство, вид, тайл, начало, конец) — из них строятся
+# своя очередь тайлов. Симулятор записывает каждое событие (`Event`: устройство, вид, тайл, начало, конец) — из них строятся
 # диаграммы Ганта. Запустим последовательный цикл: кольцо из одной ячейки, в варп-группе всё по очереди.
 
 # %%
@@ -439,10 +439,11 @@ for name, program in {"последовательно": sequential_program(8), "
 
 
 # %% [markdown]
-# ## 6. Настоящие потоки: загрузка и вычисления параллельно (показ, без оценки)
+# ## 6. Настоящие потоки Python: загрузка и вычисления параллельно (показ, без оценки)
 #
-# Тот же конвейер можно собрать из потоков Python: поток загрузки кладёт тайлы в ограниченную очередь (`queue.Queue(maxsize=2)`
-# играет роль кольца), главный поток их считает. Задержку копирования изображает `time.sleep` (он, как и матричные
+# Тот же конвейер можно собрать из **потоков Python** (`threading.Thread`, потоки операционной системы; с потоками CUDA
+# из уроков 06–09 у них общее только слово): поток Python загрузки кладёт тайлы в ограниченную очередь
+# (`queue.Queue(maxsize=2)` играет роль кольца), главный поток Python их считает. Задержку копирования изображает `time.sleep` (он, как и матричные
 # операции NumPy, отпускает GIL). Время здесь настенное, поэтому цифры зависят от загрузки машины и **не оцениваются**.
 
 # %%
@@ -455,7 +456,7 @@ def threaded_attention(Q, K, V, Bc, copy_latency, compute_latency, overlap):
         start = time.perf_counter() - t0
         time.sleep(copy_latency)                                    # «HBM -> shared memory»
         tile = K[j * Bc:(j + 1) * Bc].copy(), V[j * Bc:(j + 1) * Bc].copy()
-        events.append(Event("поток загрузки", "load", j, 0, start, time.perf_counter() - t0))
+        events.append(Event("поток Python: загрузка", "load", j, 0, start, time.perf_counter() - t0))
         return tile
 
     m = np.full(Q.shape[0], -np.inf, np.float32); l = np.zeros(Q.shape[0], np.float32)
@@ -471,7 +472,7 @@ def threaded_attention(Q, K, V, Bc, copy_latency, compute_latency, overlap):
         m_new = np.maximum(m, s.max(1)); p = np.exp(s - m_new[:, None]); alpha = np.exp(m - m_new)
         l = l * alpha + p.sum(1); O = O * alpha[:, None] + p @ Vj; m = m_new
         time.sleep(compute_latency)                                 # «WGMMA»
-        events.append(Event("поток вычислений", "compute", j, 0, start, time.perf_counter() - t0))
+        events.append(Event("поток Python: счёт", "compute", j, 0, start, time.perf_counter() - t0))
     if overlap:
         loader.join()
     return O / l[:, None], events
@@ -484,7 +485,7 @@ expected = np.exp(S - S.max(1, keepdims=True)) @ V / np.exp(S - S.max(1, keepdim
 runs = {}
 for overlap in (False, True):
     O, events = threaded_attention(Q, K, V, 64, copy_latency=0.02, compute_latency=0.015, overlap=overlap)
-    runs["с потоком загрузки" if overlap else "последовательно"] = events
+    runs["с потоком Python для загрузки" if overlap else "последовательно"] = events
     print(f"overlap={overlap}: {max(e.end for e in events) * 1e3:.0f} мс, "
           f"макс. отличие O от float64 {np.abs(O - expected).max():.1e}")
 print(f"модель: последовательно {makespan_sequential(8, 20, 7.5, 0) :.0f} мс, "
