@@ -201,3 +201,17 @@ def test_nothing_the_emulator_runs_during_a_launch_imports_the_grader():
                     if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("autograder")):
                         late.append(f"{path.name}:{node.lineno} in {function.name}")
     assert late == []
+
+
+def test_a_source_is_compiled_once_per_process_however_many_kernel_objects_a_wrapper_makes(monkeypatch):
+    """As CuPy's kernel cache: a wrapper that builds its RawKernel inside the function pays NVRTC once; another
+    source, other options or another architecture compile anew."""
+    made = []
+    real = nvrtc.ptx
+    monkeypatch.setattr(nvrtc, "ptx", lambda code, **kw: made.append((code, kw)) or real(code, **kw))
+    monkeypatch.setattr(ecp, "_PTX", {})
+    x, y = ecp.asarray(np.ones(8, np.float32)), ecp.empty(8, dtype=ecp.float32)
+    for _ in range(3):
+        ecp.RawKernel(SCALE, "scale")((1,), (8,), (x, y, np.float32(2), np.int32(8)))
+    ecp.RawKernel(SCALE, "scale", options=("-DUNUSED=1",))((1,), (8,), (x, y, np.float32(2), np.int32(8)))
+    assert len(made) == 2 and y.get().tolist() == [2.0] * 8

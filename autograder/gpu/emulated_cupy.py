@@ -171,6 +171,23 @@ class DeviceAllocations(AllocationSizes):
         pass
 
 
+#: The PTX this process made, by (source, options, architecture), the most recent :data:`_PTX_KEPT`: CuPy too
+#: compiles a source once per process however many ``RawKernel`` objects a wrapper makes of it (a wrapper that
+#: builds its kernel inside the function would otherwise pay NVRTC, ~0.7 s, on every call).
+_PTX: dict[tuple, str] = {}
+_PTX_KEPT = 32
+
+
+def _ptx_of(code: str, options: tuple, arch: str) -> str:
+    key = (code, options, arch)
+    if key not in _PTX:
+        made = nvrtc.ptx(code, arch=arch, options=options)
+        while len(_PTX) >= _PTX_KEPT:
+            del _PTX[next(iter(_PTX))]
+        _PTX[key] = made
+    return _PTX[key]
+
+
 class RawKernel:
     """``cupy.RawKernel``: the source is compiled to PTX when first launched and run on the emulator."""
 
@@ -186,7 +203,7 @@ class RawKernel:
 
     def __call__(self, grid, block, args, *, shared_mem: int = 0, stream=None, enable_cooperative_groups=False):
         if self._ptx is None:
-            self._ptx = nvrtc.ptx(self.code, arch=_device_profile[0], options=self.options)
+            self._ptx = _ptx_of(self.code, self.options, _device_profile[0])
         optin = _device_profile[1]["MaxSharedMemoryPerBlockOptin"]
         if self.max_dynamic_shared_size_bytes > optin:
             raise EmulatedFault(f"cudaErrorInvalidValue: max_dynamic_shared_size_bytes = "
