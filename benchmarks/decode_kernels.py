@@ -38,6 +38,9 @@ except Exception as error:  # the baselines are left out, and the JSON says why
 import cupy as cp
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from autograder.gpu.runtime import time_ms  # noqa: E402 - after torch and CuPy (above); CUDA events, median of rounds
+
 LESSON = "11_flash_decoding"
 HQ, HKV, D, PAGE = 16, 8, 128, 16
 
@@ -56,20 +59,6 @@ def lesson_namespace(source: Path | None) -> dict:
     return ns
 
 
-def time_ms(fn, repeat: int = 10, rounds: int = 5, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    cp.cuda.Device().synchronize()
-    times = []
-    for _ in range(rounds):
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(repeat):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end) / repeat)
-    return float(np.median(times))
 
 
 def copy_bandwidth(nbytes: int = 2**31) -> float:

@@ -147,20 +147,7 @@ def main() -> None:
 
     import cupy as cp
 
-    def time_ms(fn, repeat: int = 10, rounds: int = 5, warmup: int = 2) -> float:
-        for _ in range(warmup):
-            fn()
-        cp.cuda.Device().synchronize()
-        times = []
-        for _ in range(rounds):
-            start, end = cp.cuda.Event(), cp.cuda.Event()
-            start.record()
-            for _ in range(repeat):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, end) / repeat)
-        return float(np.median(times))
+    from autograder.gpu.runtime import time_ms  # CUDA events, the median of rounds after warm-up
 
     sources = kernel_sources()
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
