@@ -236,6 +236,13 @@ class IsolatedExecute(Execute):
         km = super().create_kernel_manager()
         if self._box is not None:
             km.configure(self._box)
+        elif os.name == "posix":
+            # Without the sandbox (`course check`, `course grade` without bubblewrap) too: ZeroMQ sockets as files
+            # in the scratch folder, not TCP on the loopback, which ipykernel (7+) warns about in English on the
+            # terminal at every kernel start («Kernel is running over TCP without encryption»).
+            km.transport = "ipc"
+            km.ip = os.path.join(self._scratch, "kernel")
+            km.connection_file = os.path.join(self._scratch, "kernel.json")
         return km
 
     def _preprocess(self, nb, resources, km):

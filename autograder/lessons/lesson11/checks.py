@@ -36,6 +36,8 @@ from ...checks.mistakes import arrays_close, compare_or_name, failure, identify
 from ...checks.scalars import expect_number, fmt
 
 WHAT = "paged_decode"
+#: The checks of the GPU part (`course check` gives the NumPy part and the GPU part a subtotal each).
+GPU_PART = ("gpu_compiles", "gpu_equivalence", "gpu_splits", "gpu_memory", "gpu_speed")
 WHAT_GPU = "paged_decode_gpu"
 LARGE_TOLERANCE = 2e-3  # float32 logits of size ~100-800 carry absolute errors ~1e-5..1e-4
 
