@@ -56,15 +56,48 @@ def test_built_notebooks_are_current_and_without_outputs():
     assert notebooks_with_outputs() == []
 
 
-def test_a_failed_check_shows_the_verdict_not_the_graders_traceback():
-    """In the student's kernel, does a failing grade() cell show one entry, the Russian verdict?"""
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "from autograder import grade\n"
-        "def fused_rms_norm(x, w, eps=1e-6):\n"
-        "    return x\n"
-        "grade('lesson02.equivalence', fused_rms_norm)")])
+FAILING_CELL = ("from autograder import grade\n"
+                "def fused_rms_norm(x, w, eps=1e-6):\n"
+                "    return x\n"
+                "grade('lesson02.equivalence', fused_rms_norm)")
+
+
+@pytest.mark.parametrize("execution", ["validate", "autograde"])
+def test_a_failed_check_shows_the_verdict_not_the_graders_traceback(execution, monkeypatch):
+    """Under nbgrader (Validate, autograde: NBGRADER_EXECUTION), does a failing grade() cell raise, with one
+    entry, the Russian verdict?"""
+    monkeypatch.setenv("NBGRADER_EXECUTION", execution)  # what nbgrader sets; the kernel inherits it
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(FAILING_CELL)])
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
     error = nb.cells[0].outputs[-1]
     assert error.output_type == "error" and error.ename == "CheckFailed"
     assert error.traceback == [f"Проверка не пройдена: {error.evalue}"]
     assert "Эквивалентность" in error.evalue and "notebook.py" not in error.traceback[0]
+
+
+def test_run_all_in_the_students_own_kernel_goes_past_a_failed_check(monkeypatch):
+    """In a person's own kernel (no NBGRADER_EXECUTION, no AUTOGRADER_STRICT), does a failing grade() cell
+    print its verdict on stderr without raising, so that «Запустить все ячейки» (stop on error) reaches the
+    next cells?"""
+    from autograder.notebook import NOT_RAISED
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("AUTOGRADER_STRICT", raising=False)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(FAILING_CELL),
+                                         nbformat.v4.new_code_cell("print('дошли до конца')")])
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False).execute()  # raises on an error
+    failed = nb.cells[0].outputs
+    assert [o.output_type for o in failed] == ["stream"] and failed[0].name == "stderr"
+    assert failed[0].text.startswith("✗ Эквивалентность") and NOT_RAISED in failed[0].text
+    assert nb.cells[1].outputs[0].text == "дошли до конца\n"
+
+
+def test_a_failed_check_raises_outside_a_notebook_kernel():
+    """Outside an ipykernel (a script, pytest, a worker), does a failing grade() raise as it always did?"""
+    from autograder import grade
+    from autograder.checks.core import CheckFailed
+    from autograder.notebook import interactive_kernel
+
+    assert not interactive_kernel()
+    with pytest.raises(CheckFailed, match="Эквивалентность"):
+        grade("lesson02.equivalence", lambda x, w, eps=1e-6: x)

@@ -258,15 +258,29 @@ def test_course_check_knows_its_lessons(tmp_path):
 
 
 def test_the_instructors_commands_in_the_students_repository_say_why_they_cannot_work(out):
-    """OUT's package has no solutions/ beside it: `course grade` and `course publish` say so in Russian."""
+    """OUT's package has no solutions/ beside it: `course --help` offers only `check`, and every other command
+    (grade with hidden tests, release, check-release, publish, ...) is refused with one Russian line that says
+    what to do, never a traceback or a hint at the course's dev extra."""
     def course_command(*args):
         code = f"import sys; from autograder.course import cli; sys.exit(cli.main({list(args)!r}))"
-        return subprocess.run([sys.executable, "-c", code], cwd=out, capture_output=True, text=True, timeout=120)
+        return subprocess.run([sys.executable, "-c", code], cwd=out, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(out)})
 
+    shown = course_command("--help")
+    assert shown.returncode == 0 and "course check" in shown.stdout, shown.stdout + shown.stderr
+    for instructors in ("grade", "release", "check-release", "publish", "autograde", "report", "lesson-text", "merge"):
+        assert instructors not in shown.stdout, (instructors, shown.stdout)
+    assert "скрыт" not in shown.stdout, shown.stdout
     graded = course_command("grade", f"notebooks/{LESSON}/{LESSON}.ipynb")
-    assert graded.returncode == 2 and "Скрытых тестов здесь нет" in graded.stderr, graded.stderr
-    published = course_command("publish", str(out.parent / "again"))
-    assert published.returncode == 2 and "нет solutions/" in published.stderr, published.stderr
+    assert graded.returncode == 2 and "скрытых тестов здесь нет" in graded.stderr, graded.stderr
+    for command in (["release"], ["release", LESSON], ["check-release"], ["publish", str(out.parent / "again")],
+                    ["autograde"], ["report"], ["lesson-text", LESSON], ["merge", "x"], ["nonsense"]):
+        refused = course_command(*command)
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 2 and len(lines) == 1, (command, refused.stderr)
+        assert "make test" in lines[0] and "Traceback" not in refused.stderr and "[dev]" not in refused.stderr
+    assert "только в репозитории курса" in course_command("release").stderr
+    assert not (out / "solutions").exists() and not (out.parent / "again").exists()
 
 
 def test_course_publish_refuses_notebooks_older_than_their_text_sources(tmp_path, monkeypatch, capsys):
@@ -277,3 +291,37 @@ def test_course_publish_refuses_notebooks_older_than_their_text_sources(tmp_path
     assert cli.main(["publish", str(tmp_path / "students")]) == 1
     assert not (tmp_path / "students").exists()
     assert "Публикация отменена: собранные ноутбуки устарели" in capsys.readouterr().err
+
+
+def test_course_check_shows_warnings_once_each_repeated_message_and_the_parts_of_lesson_11():
+    """Does `course check` show a passing check's compile warning, print a failure message repeated across
+    checks once (later: one line that refers to it), and give lesson 11's NumPy and GPU parts a subtotal each?"""
+    from autograder.checks.core import get_check
+
+    need_gpu = "нужен GPU: CuPy не установлен. Эта проверка измеряет время ядра.\nЗапустите на GPU."
+    warning = "компилируется для sm_75, sm_90.\nВНИМАНИЕ, строка 7: __syncthreads() внутри if/else. Вынесите барьер."
+    first = selfcheck.LessonReport("07_cupy_rmsnorm", [
+        selfcheck.Verdict(get_check("lesson07.compiles"), True, message=warning),
+        selfcheck.Verdict(get_check("lesson07.speed"), False, message=need_gpu)])
+    second = selfcheck.LessonReport("11_flash_decoding", [
+        selfcheck.Verdict(check, not check.id.split(".")[1].startswith("gpu_"),
+                          message="" if not check.id.split(".")[1].startswith("gpu_") else need_gpu)
+        for check in selfcheck.lesson_checks("11_flash_decoding")])
+    seen: dict[str, str] = {}
+    text = first.text(seen) + "\n" + second.text(seen)
+    assert "ВНИМАНИЕ, строка 7: __syncthreads() внутри if/else" in text
+    assert text.count("Эта проверка измеряет время ядра") == 1, text
+    assert text.count("то же сообщение, что выше у «GPU: не меньше чем в 2 раза") == 5, text
+    assert "   NumPy-часть: 10 из 10 — готова; GPU-часть: 0 из 8" in text, text
+    assert "NumPy-часть" not in first.text()
+
+
+def test_course_check_prints_no_english_kernel_warning(tmp_path):
+    """Does the students' `course check` start its kernels without ipykernel's English «Kernel is running over
+    TCP» warning on the terminal (IsolatedExecute: the ipc transport)?"""
+    (tmp_path / LESSON).mkdir()
+    shutil.copy(course.student_notebook(LESSON), tmp_path / LESSON)
+    code = f"import sys; from autograder.course import selfcheck; sys.exit(selfcheck.main([{LESSON!r}], __import__('pathlib').Path({str(tmp_path)!r})))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and f"== {LESSON}:" in done.stdout, done.stdout + done.stderr
+    assert "TCP" not in done.stderr and "WARNING" not in done.stderr, done.stderr

@@ -180,7 +180,37 @@ def cmd_check(args) -> int:
     return selfcheck.main(args.lesson or None, Path(args.notebooks))
 
 
+#: ``course --help`` in the students' repository (``course publish``): the one command that works there.
+STUDENT_DESCRIPTION = """course — команда курса в репозитории студентов (модуль 07 «Слитые операторы и FlashAttention»).
+
+    course check [УРОК ...]        окружение и видимые проверки каждого ноутбука (это и делает make test)
+"""
+
+#: What the students' repository says to an instructor's command: one line, what to do instead.
+INSTRUCTORS_ONLY = ("course {command}: эта команда есть только в репозитории курса у преподавателя. Здесь: "
+                    "make test (или course check [УРОК]) — видимые проверки, make lab — JupyterLab.")
+
+STUDENT_REFUSALS = {"grade": "course grade: скрытых тестов здесь нет, они есть только у преподавателя. Видимые проверки: "
+                             "make test (или course check УРОК)."}
+UNKNOWN_COMMAND = "course {command}: такой команды нет. Есть одна: course check [УРОК] (её запускает make test)."
+
+
+def students_repository(root: Path = course.ROOT) -> bool:
+    """This package runs from the students' repository (``course publish``): no solutions/ beside it."""
+    return not (root / course.SOLUTIONS).is_dir()
+
+
+def _add_check(sub) -> None:
+    p = sub.add_parser("check", help="студенту: окружение и видимые проверки каждого ноутбука")
+    p.add_argument("lesson", nargs="*", help="уроки (по умолчанию все)")
+    p.add_argument("--notebooks", default="notebooks", help="папка с уроками (по умолчанию notebooks)")
+    p.set_defaults(run=cmd_check)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if students_repository():
+        return _students_main(argv)
     parser = argparse.ArgumentParser(prog="course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -220,11 +250,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repository", help="адрес репозитория студентов на GitHub (по умолчанию "
                                         "autograder/course/settings.py: COURSE_REPOSITORY)")
     p.set_defaults(run=cmd_publish)
-    p = sub.add_parser("check", help="студенту: окружение и видимые проверки каждого ноутбука")
-    p.add_argument("lesson", nargs="*", help="уроки (по умолчанию все)")
-    p.add_argument("--notebooks", default="notebooks", help="папка с уроками (по умолчанию notebooks)")
-    p.set_defaults(run=cmd_check)
-    args = parser.parse_args(argv)
+    _add_check(sub)
+    return _run(parser.parse_args(argv))
+
+
+#: Every subcommand of the course's own `course` (the students' repository refuses all but check).
+COMMANDS = ("release", "check-release", "lesson-text", "grade", "autograde", "merge", "report", "publish", "check")
+
+
+def _students_main(argv: list[str]) -> int:
+    """`course` in the students' repository: only `check`; an instructor's command is one Russian line."""
+    command = argv[0] if argv else ""
+    if command and not command.startswith("-") and command != "check":
+        print(STUDENT_REFUSALS.get(command, INSTRUCTORS_ONLY if command in COMMANDS else UNKNOWN_COMMAND)
+              .format(command=command), file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(prog="course", description=STUDENT_DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_check(sub)
+    return _run(parser.parse_args(argv))
+
+
+def _run(args) -> int:
     try:
         return args.run(args)
     except (ValueError, RuntimeError) as error:

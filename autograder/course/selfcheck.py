@@ -101,14 +101,33 @@ class Verdict:
     def score(self) -> float:
         return self.check.points if self.passed else 0.0
 
-    def lines(self) -> list[str]:
+    def lines(self, seen: dict[str, str] | None = None, where: str = "") -> list[str]:
+        """The verdict's lines: a failure with its message (a message already shown in this run, ``seen``: one
+        line that refers to it), a pass with its warnings (a compile warning: «ВНИМАНИЕ, строка …»)."""
         if self.skipped:
             return [f"{SKIP_MARK} {self.check.title}: не выполнен (бонус, необязательно)"]
         mark = PASS_MARK if self.passed else FAIL_MARK
         points = f"{format_points(self.score)} из {format_points(self.check.points)}"
         head = f"{mark} {self.check.title}: " + (f"+{points} (бонус)" if self.check.bonus else points)
-        body = self.message.splitlines()[:MESSAGE_LINES] if not self.passed else []
+        if self.passed:
+            return [head] + ["     " + line for line in self.message.splitlines() if line.startswith(WARNING)]
+        body = self.message.splitlines()[:MESSAGE_LINES]
+        text = "\n".join(body)
+        if seen is not None and text:
+            if text in seen:
+                return [head, f"     {_opening(body[0])} — то же сообщение, что выше у {seen[text]}"]
+            seen[text] = f"«{self.check.title}» ({where})" if where else f"«{self.check.title}»"
         return [head] + ["     " + line for line in body]
+
+
+#: How a passing check's message begins a warning that ``course check`` shows (autograder/gpu/nvrtc.py).
+WARNING = "ВНИМАНИЕ"
+
+
+def _opening(line: str, limit: int = 60) -> str:
+    """A message's first sentence, at most ``limit`` characters: what a repeated message is known by."""
+    first = line.split(". ")[0]
+    return first if len(first) <= limit else first[:limit - 1] + "…"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,15 +136,45 @@ class LessonReport:
     verdicts: list[Verdict]
     problem: str = ""  # the notebook could not be read or its kernel died: what happened
 
-    def text(self) -> str:
+    def text(self, seen: dict[str, str] | None = None) -> str:
+        """The lesson's lines; ``seen``: the failure messages shown so far in this run (a repeated one is one
+        line that refers to the first), updated."""
         main = [v for v in self.verdicts if not v.check.bonus]
         bonus = sum(v.score for v in self.verdicts if v.check.bonus)
         total = f"{format_points(sum(v.score for v in main))} из {format_points(sum(v.check.points for v in main))}"
         lines = [f"== {self.lesson}: {total}" + (f" и бонус +{format_points(bonus)}" if bonus else "")]
+        lines += self.parts(main)
         if self.problem:
             lines.append(f"   ! {self.problem}")
-        lines += ["   " + line for v in self.verdicts for line in v.lines()]
+        lines += ["   " + line for v in self.verdicts for line in v.lines(seen, self.lesson)]
         return "\n".join(lines)
+
+
+    def parts(self, main: list[Verdict]) -> list[str]:
+        """A lesson with a NumPy part and a GPU part (11): a subtotal of each, so that a student without a GPU
+        sees the NumPy part complete (the GPU part on the emulator, its timed checks «нужен GPU»). The lesson
+        says which checks make its GPU part: ``GPU_PART`` (check names) in its checks.py."""
+        gpu_part = getattr(_lesson_module(self.lesson), "GPU_PART", None)
+        if not gpu_part:
+            return []
+        numpy = [v for v in main if v.check.id.split(".", 1)[1] not in gpu_part]
+        gpu = [v for v in main if v.check.id.split(".", 1)[1] in gpu_part]
+        if not numpy or not gpu:
+            return []
+
+        def subtotal(verdicts: list[Verdict]) -> str:
+            done, top = sum(v.score for v in verdicts), sum(v.check.points for v in verdicts)
+            return f"{format_points(done)} из {format_points(top)}" + (" — готова" if done == top else "")
+
+        return [f"   NumPy-часть: {subtotal(numpy)}; GPU-часть: {subtotal(gpu)}"]
+
+
+def _lesson_module(lesson: str):
+    """The lesson's checks module (``autograder.lessons.lessonNN.checks``), None if it has none."""
+    try:
+        return importlib.import_module(f"autograder.lessons.lesson{lesson[:2]}.checks")
+    except ImportError:
+        return None
 
 
 def lesson_checks(lesson: str) -> list[Check]:
@@ -169,7 +218,7 @@ def _verdict(check: Check, cell) -> Verdict:
         return Verdict(check, False, message="ячейка проверки не выполнилась (ноутбук остановился раньше?)")
     failed = [v for v in found if not v["passed"]]
     if not failed:
-        return Verdict(check, True)
+        return Verdict(check, True, message="\n".join(v.get("message") or "" for v in found))
     if all(v.get("skipped") for v in failed):
         return Verdict(check, False, skipped=True)
     return Verdict(check, False, message=next(v["message"] for v in failed if not v.get("skipped")))
@@ -211,9 +260,10 @@ def main(lessons: list[str] | None = None, folder: Path = Path("notebooks"), out
     print(f"Запускаю ноутбуки сверху вниз (как кнопка Validate; сами ноутбуки не меняются): "
           f"{len(notebooks)} шт.\n", file=out, flush=True)
     total = top = 0.0
+    seen: dict[str, str] = {}  # a failure's message -> the check that showed it first
     for path in notebooks:
         report = check_lesson(path)
-        print(report.text() + "\n", file=out, flush=True)
+        print(report.text(seen) + "\n", file=out, flush=True)
         main_checks = [v for v in report.verdicts if not v.check.bonus]
         total += sum(v.score for v in main_checks)
         top += sum(v.check.points for v in main_checks)

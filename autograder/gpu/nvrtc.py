@@ -19,7 +19,7 @@ import re
 import stat
 import tempfile
 
-from ..checks.core import CheckFailed
+from ..checks.core import CheckFailed, plural
 
 #: The architectures the compile check targets: Colab's free T4 (Turing), the A100 (Ampere: cp.async,
 #: bf16 mma) and the H100 / H200 (Hopper).  Resources are reported for the first and the last.
@@ -357,7 +357,8 @@ def format_errors(result: CompileResult, source: str, limit: int = 3) -> str:
 def format_resources(resources: dict[str, Resources]) -> str:
     lines = []
     for name, r in sorted(resources.items()):
-        line = (f"{name}: {r.registers} регистров на поток, {r.shared_bytes} Б статической "
+        registers = plural(r.registers, "регистр", "регистра", "регистров")
+        line = (f"{name}: {r.registers} {registers} на поток, {r.shared_bytes} Б статической "
                 f"разделяемой памяти, стек {r.stack_bytes} Б")
         if r.spill_stores or r.spill_loads:
             line += (f"; ВНИМАНИЕ: вытеснение регистров в локальную память (spill: {r.spill_stores} Б "

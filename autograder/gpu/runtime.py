@@ -383,7 +383,8 @@ def causal_tile_counts(run_case, cases, *, rows: str = "Br") -> str:
                 f"пропуске тайлов над диагональю она ≈ (N+1)/2N ≈ 0.5 (допустимо ≤ {bound:.3g}; {case}).\n"
                 "Подсказка: маска применяется, но цикл по тайлам K/V идёт до конца последовательности. "
                 f"Для блока строк [q0, q0 + {rows}) нужны ключи только до q0 + {rows} − 1.")
-    return f"пар тайлов: без маски {counts[False]}, causal {counts[True]} (доля {ratio:.2f})"
+    return (f"пар тайлов: без маски {counts[False]}, causal {counts[True]} (доля вычисленных пар от полного перебора "
+            f"{ratio:.2f}, не больше {bound:.3g})")
 
 
 def to_host(got, *, shape: tuple[int, ...], case: str, name: str = "результат", dtype=np.float32) -> np.ndarray:

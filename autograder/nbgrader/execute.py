@@ -39,6 +39,7 @@ from .cells import GradeCall, is_test_cell, parse_grade_cell
 from ..checks.core import CheckResult, get_check, is_bonus, shorten, skipped_bonus, skipped_bonus_line
 from ..isolation.run import run_check
 from ..gpu.runtime import EMULATOR_ENV
+from ..notebook import STRICT_ENV
 
 
 EXPORT_CODE = """\
@@ -190,6 +191,12 @@ class IsolatedExecute(Execute):
     def preprocess(self, nb, resources=None, km=None):
         # the student's kernel and every check's worker inherit this (autograder.gpu.runtime.emulator_allowed)
         os.environ[EMULATOR_ENV] = "1" if self.gpu_emulator else "0"
+        # A grade(...) that the student's kernel runs here (a test cell that is not only grade calls) raises on
+        # failure, as nbgrader expects; only a person's own kernel prints instead (autograder/notebook.py).
+        with _environment(STRICT_ENV, "1"):
+            return self._preprocess_strict(nb, resources, km)
+
+    def _preprocess_strict(self, nb, resources, km):
         # The kernel starts in an empty folder and moves into the submission only once hardened:
         # a file beside the notebook (numpy.py, autograder.py, ipython_config.py) runs before
         # nothing and shadows nothing (guard.install_kernel).
@@ -229,6 +236,13 @@ class IsolatedExecute(Execute):
         km = super().create_kernel_manager()
         if self._box is not None:
             km.configure(self._box)
+        elif os.name == "posix":
+            # Without the sandbox (`course check`, `course grade` without bubblewrap) too: ZeroMQ sockets as files
+            # in the scratch folder, not TCP on the loopback, which ipykernel (7+) warns about in English on the
+            # terminal at every kernel start («Kernel is running over TCP without encryption»).
+            km.transport = "ipc"
+            km.ip = os.path.join(self._scratch, "kernel")
+            km.connection_file = os.path.join(self._scratch, "kernel.json")
         return km
 
     def _preprocess(self, nb, resources, km):
@@ -388,6 +402,20 @@ class IsolatedExecute(Execute):
         timeout = check.timeout_s if self.check_timeout is None else min(check.timeout_s, self.check_timeout)
         return run_check(call.check_id, payloads, call.cases, timeout_s=timeout,
                          secret_dirs=self._secret_dirs, write_protected=self._write_protected)
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str):
+    """``os.environ[name] = value`` while the block runs (the kernels started in it inherit it)."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 def _message_size(msg) -> int:

@@ -155,6 +155,12 @@ WRONG = [
           fa1("causal_work"), says="np.asarray"),
     wrong("v1_m_not_updated", v1(("m[i0:i1], l[i0:i1] = m_new, l_new", "l[i0:i1] = l_new")),
           fa1("equivalence", "stability"), says="m не обновляется", mistakes='m не обновляется (забыто m = m_new): acc и l каждый раз обнуляются множителем 0'),
+    wrong("v1_divide_inside_without_l_old", v1(
+        ("O[i0:i1] = ((l_old * c)[:, None] * O[i0:i1] + P @ Vj) / l_new[:, None]",
+         "O[i0:i1] = (c[:, None] * O[i0:i1] + P @ Vj) / l_new[:, None]")),
+          fa1("equivalence", "stability"), says="O хранится уже поделённым на l",
+          mistakes='O хранится уже поделённым на l, а при пересчёте умножается только на exp(m_old − m_new): '
+                   'нужно O_new = (l_old · exp(m_old − m_new) · O_old + P V) / l_new'),
     wrong("v1_max_of_block_only", v1(("m_new = np.maximum(m_old, S.max(axis=1))", "m_new = S.max(axis=1)")),
           fa1("equivalence", "stability"), says="старый максимум забыт", mistakes='m_new = max по блоку, без max(m_old, ·): старый максимум забыт'),
 ]

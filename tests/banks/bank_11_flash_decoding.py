@@ -162,6 +162,23 @@ def merge_partials(o_parts, lse_parts):
     with np.errstate(all="ignore"):
         return ((w[..., None] * o_parts).sum(axis=0) / total[..., None]).astype(np.float32), np.log(total).astype(np.float32)
 '''}, {MERGE, LARGE}, says="без вычитания максимума", mistakes='слияние без вычитания максимума: exp(lse_s) переполняется или обнуляется'),
+    wrong("merge_without_max_guarded", {"merge_partials": '''
+def merge_partials(o_parts, lse_parts):
+    w = np.exp(lse_parts)                      # no max subtracted: overflows in float32
+    total = w.sum(axis=0)
+    with np.errstate(all="ignore"):
+        o = (w[..., None] * o_parts).sum(axis=0) / np.where(total > 0, total, np.float32(1))[..., None]
+        lse = np.log(total)
+    return o.astype(np.float32), lse.astype(np.float32)
+'''}, {MERGE, LARGE}, says="без вычитания максимума",
+          mistakes='слияние без вычитания максимума: exp(lse_s) во float32 переполняется (inf / inf = NaN)'),
+    wrong("splits_floor", edited("paged_decode", "per = -(-n_pages // num_splits)", "per = n_pages // num_splits"),
+          {SPLITS, LARGE}, says="floor",
+          mistakes='группы по floor(страниц / num_splits) страниц вместо ceil: последние страницы не попали ни в '
+                   'одну группу (а если страниц меньше num_splits — все)'),
+    wrong("no_scale", edited("paged_decode", "scale = np.float32(1 / math.sqrt(d))", "scale = np.float32(1)"),
+          DECODE, says="нет масштаба 1/sqrt(d)",
+          mistakes='нет масштаба 1/sqrt(d): логиты q·k не поделены на sqrt(d)'),
     wrong("merge_unweighted_mean", edited("merge_partials", "o = (w[..., None] * o_parts).sum(axis=0) / np.where(total > 0, total, np.float32(1))[..., None]",
                                           "o = o_parts.mean(axis=0)"), {MERGE, SPLITS, LARGE}, says="без весов", mistakes={'слияние без весов: o — среднее o_s', 'слияние частей без весов: o — среднее o_s'}),
     wrong("merge_nan_when_all_empty", edited("merge_partials", "m_safe = np.where(np.isfinite(m), m, np.float32(0))", "m_safe = m"),

@@ -140,6 +140,19 @@ _SIMULATED = {
 MISTAKES = {description: (lambda Q, K, V, Br, Bc, causal, _m=name: simulate(Q, K, V, Br, Bc, causal, _m))
             for name, description in _SIMULATED.items()}
 
+#: The same mistakes in FA-1's words, where they differ: FA-1 keeps O normalised in «HBM» and divides by l on
+#: every step by design, so what goes wrong there is the rescaling of the stored O, not «acc».
+_SIMULATED_FA1 = {
+    **_SIMULATED,
+    "divide_inside": "O хранится уже поделённым на l, а при пересчёте умножается только на exp(m_old − m_new): "
+                     "нужно O_new = (l_old · exp(m_old − m_new) · O_old + P V) / l_new",
+    "divide_inside_and_after": "O хранится уже поделённым на l на каждом шаге, и после цикла делится на l ещё раз",
+}
+MISTAKES_FA1 = {description: (lambda Q, K, V, Br, Bc, causal, _m=name: simulate(Q, K, V, Br, Bc, causal, _m))
+                for name, description in _SIMULATED_FA1.items()}
+#: The known mistakes of each function.
+MISTAKES_OF = {"flash_attention": MISTAKES_FA1, "flash_attention_v2": MISTAKES}
+
 
 # --- running the student's function ---------------------------------------------------------
 
@@ -164,13 +177,14 @@ NAN_HINT = ("NaN/inf возникают, когда exp получает +inf: �
             "максимумом; проверьте оба.")
 
 
-def _compare_named(got, Q, K, V, c: dict, causal: bool, case: str, *, atol=None, hint: str = ""):
+def _compare_named(got, Q, K, V, c: dict, causal: bool, case: str, *, atol=None, hint: str = "",
+                   name: str = "flash_attention_v2"):
     """Compare with the float64 oracle; on a mismatch name the known mistake the output matches."""
     with np.errstate(all="ignore"):
         if not hint and not np.isfinite(got).all():
             hint = NAN_HINT
     return compare_or_name(got, reference.attention(Q, K, V, causal=causal), inputs=(Q, K, V, c["Br"], c["Bc"], causal),
-                           variants=MISTAKES, case=case, atol=atol, hint=hint)
+                           variants=MISTAKES_OF[name], case=case, atol=atol, hint=hint)
 
 
 # --- the checks, shared by both functions ---------------------------------------------------
@@ -191,7 +205,7 @@ def _equivalence(fn, name: str, cases) -> str:
         case = describe_case(**c)
         got = _values(_call(fn, name, Q, K, V, c["Br"], c["Bc"], c["causal"], case),
                       c["n"], c["d"], case, name)
-        worst = max(worst, _compare_named(got, Q, K, V, c, c["causal"], case))
+        worst = max(worst, _compare_named(got, Q, K, V, c, c["causal"], case, name=name))
     return f"макс. ошибка {worst:.1e} (допуск 1e-5 + 1e-5·|x|) на {len(cases)} случаях"
 
 
@@ -354,7 +368,7 @@ def _stability(fn, name: str, cases) -> str:
                       c["n"], c["d"], case, name)
         hint = ("все экспоненты должны считаться от текущего максимума: exp(S − m_new) ≤ 1, "
                 "m стартует с −inf, маска — до max")
-        error = _compare_named(got, Q, K, V, c, c["causal"], case, atol=atol, hint=hint)
+        error = _compare_named(got, Q, K, V, c, c["causal"], case, atol=atol, hint=hint, name=name)
         lines.append(f"{c['inputs']}, causal={c['causal']}: ошибка {error:.1e}, допуск {atol:.1e}")
     return "\n".join(lines)
 

@@ -36,6 +36,8 @@ from ...checks.mistakes import arrays_close, compare_or_name, failure, identify
 from ...checks.scalars import expect_number, fmt
 
 WHAT = "paged_decode"
+#: The checks of the GPU part (`course check` gives the NumPy part and the GPU part a subtotal each).
+GPU_PART = ("gpu_compiles", "gpu_equivalence", "gpu_splits", "gpu_memory", "gpu_speed")
 WHAT_GPU = "paged_decode_gpu"
 LARGE_TOLERANCE = 2e-3  # float32 logits of size ~100-800 carry absolute errors ~1e-5..1e-4
 
@@ -106,9 +108,12 @@ def gather(pages, table, b: int, n: int, *, use_table: bool = True) -> np.ndarra
     return pages[page, t % ps].astype(np.float64)
 
 
-def split_bounds(n_pages: int, num_splits: int) -> list[tuple[int, int]]:
-    """The contract's groups: num_splits contiguous runs of ceil(n_pages / num_splits) pages (some empty)."""
-    per = -(-n_pages // num_splits)
+def split_bounds(n_pages: int, num_splits: int, groups: str = "ceil") -> list[tuple[int, int]]:
+    """The contract's groups: num_splits contiguous runs of ceil(n_pages / num_splits) pages (some empty); with
+    ``groups`` the known wrong sizes: "floor" (the last pages in no group, all of them when n_pages < num_splits)
+    and "floor_min1" (max(1, floor): the last pages in no group)."""
+    per = {"ceil": -(-n_pages // num_splits), "floor": n_pages // num_splits,
+           "floor_min1": max(1, n_pages // num_splits)}[groups]
     return [(min(s * per, n_pages), min((s + 1) * per, n_pages)) for s in range(num_splits)]
 
 
@@ -136,6 +141,11 @@ def merged(o_parts, lse_parts, how: str = "right"):
             return o_parts.mean(axis=0), _lse(lse_parts)
         if how == "sum":
             return o_parts.sum(axis=0), _lse(lse_parts)
+        if how == "no_max_guarded":  # as a student writes it in float32: 0/0 of empty parts guarded, inf/inf not
+            w = np.exp(lse_parts.astype(np.float32))
+            total = w.sum(axis=0)
+            o = (w[..., None] * o_parts.astype(np.float32)).sum(0) / np.where(total > 0, total, np.float32(1))[..., None]
+            return o.astype(np.float64), np.log(total).astype(np.float64)
         if how == "no_max":
             w = np.exp(lse_parts)
             return (w[..., None] * o_parts).sum(0) / w.sum(0)[..., None], np.log(w.sum(0))
@@ -161,13 +171,13 @@ def _lse(lse_parts):
 
 def oracle(q, k_pages, v_pages, block_table, lengths, num_splits=1, *, heads: str = "div", scale: str = "sqrt",
            extra: str = "", use_table: bool = True, merge: str = "right", m0: float = -np.inf,
-           empty_nan: bool = False, underflow: str = "nan") -> np.ndarray:
+           empty_nan: bool = False, underflow: str = "nan", groups: str = "ceil") -> np.ndarray:
     """softmax(q K^T / sqrt(d)) V per sequence and head in float64 (and, with keywords, its known mistakes)."""
     B, Hq, d = q.shape
     Hkv, ps = k_pages.shape[2], k_pages.shape[1]
     G = Hq // Hkv
     kv_head = np.arange(Hq) // G if heads == "div" else np.arange(Hq) % Hkv
-    factor = 1 / math.sqrt(d) if scale == "sqrt" else 1 / d
+    factor = {"sqrt": 1 / math.sqrt(d), "d": 1 / d, "none": 1.0}[scale]
     out = np.empty((B, Hq, d))
     for b in range(B):
         n = int(lengths[b])
@@ -180,7 +190,7 @@ def oracle(q, k_pages, v_pages, block_table, lengths, num_splits=1, *, heads: st
         v = gather(v_pages, block_table, b, n, use_table=use_table)[:, kv_head]
         qb = q[b].astype(np.float64)
         parts = []
-        for a, z in split_bounds(n_pages, int(num_splits or 1)):
+        for a, z in split_bounds(n_pages, int(num_splits or 1), groups):
             lo, hi = a * ps, min(z * ps, n)
             o, lse = _partial(qb, k[lo:max(lo, hi)], v[lo:max(lo, hi)], factor, m0, underflow)
             if empty_nan and hi <= lo:
@@ -198,6 +208,11 @@ DECODE_MISTAKES = {
     "потеряна последняя позиция (новый токен): позиции до lengths[b] − 1 не включительно":
         lambda *a: oracle(*a, extra="drop_last"),
     "масштаб 1/d вместо 1/sqrt(d)": lambda *a: oracle(*a, scale="d"),
+    "нет масштаба 1/sqrt(d): логиты q·k не поделены на sqrt(d)": lambda *a: oracle(*a, scale="none"),
+    "группы по floor(страниц / num_splits) страниц вместо ceil: последние страницы не попали ни в одну группу "
+    "(а если страниц меньше num_splits — все)": lambda *a: oracle(*a, groups="floor"),
+    "группы по max(1, floor(страниц / num_splits)) страниц вместо ceil: последние страницы не попали ни в одну "
+    "группу": lambda *a: oracle(*a, groups="floor_min1"),
     "слияние частей без весов: o — среднее o_s": lambda *a: oracle(*a, merge="mean"),
     "слияние частей без весов: o — сумма o_s": lambda *a: oracle(*a, merge="sum"),
     "пустая группа страниц даёт NaN (0/0) вместо o = 0, lse = −inf": lambda *a: oracle(*a, empty_nan=True),
@@ -205,11 +220,16 @@ DECODE_MISTAKES = {
     "m начинается с 0, а не с −inf (все логиты ≪ 0 дают l = 0)": lambda *a: oracle(*a, m0=0.0),
     "m начинается с 0, а не с −inf (все логиты ≪ 0 дают l = 0, и часть считается пустой)":
         lambda *a: oracle(*a, m0=0.0, underflow="zero"),
+    # last: where every exp underflows it gives o = 0 too, which the m-from-0 entry above names first
+    "слияние без вычитания максимума: exp(lse_s) во float32 переполняется (inf / inf = NaN)":
+        lambda *a: oracle(*a, merge="no_max_guarded"),
 }
 
 MERGE_MISTAKES = {
     "слияние без вычитания максимума: exp(lse_s) переполняется или обнуляется":
         lambda o, l: merged(o, l, "no_max"),
+    "слияние без вычитания максимума: exp(lse_s) во float32 переполняется (inf / inf = NaN)":
+        lambda o, l: merged(o, l, "no_max_guarded"),
     "слияние без весов: o — среднее o_s": lambda o, l: merged(o, l, "mean"),
     "слияние без весов: o — сумма o_s": lambda o, l: merged(o, l, "sum"),
     "все части пусты (lse = −inf): exp(−inf − (−inf)) = NaN вместо o = 0, lse = −inf":
