@@ -5,6 +5,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import nbformat  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from autograder.lessons.lesson06 import cuda_basics as cb
@@ -37,6 +38,9 @@ def test_describe_gpu_prints_both_columns(capsys):
     (cb.plot_ownership_matmul, {"M": 10, "N": 12, "tile": 4}, 144),  # 3 x 3 tiles of 4 x 4
     (cb.plot_flash_ownership, {"n": 12, "rows_per_block": 4, "kv_tile": 4}, 144 + 3),
     (cb.plot_memory_hierarchy, {}, 4),
+    (cb.plot_waves, {"num_blocks": 200, "sm_count": 40, "per_sm": 4}, 320),   # two waves of 160 slots
+    (cb.plot_sectors, {"strides": (1, 8)}, 64),                               # 32 sectors per row
+    (cb.plot_tile_load, {"threads": 4, "rows": 3, "d": 8}, 24),
 ])
 def test_pictures_draw_one_patch_per_owner(draw, kwargs, cells):
     """Does each picture draw exactly one box per element (or level) it describes?"""
@@ -103,3 +107,32 @@ def test_section_7_quotes_the_committed_compute_sanitizer_run():
     hazards = next(line for line in missing_barrier["sanitizer"] if "hazards]" in line)
     assert race.split("Error: ")[1] in quoted and hazards.strip("= ").split("  ")[-1].strip() in quoted
 
+
+
+def test_resident_blocks_take_the_smallest_limit_of_the_reference_gpus():
+    """Occupancy as section 1 computes it: lesson 09's kernel (255 registers) fits 2 blocks by registers everywhere
+    and 1 on a T4 by its 51 KiB of tiles; lesson 11's split kernel: 4 on the H200, 3 on the T4 (shared memory)."""
+    fa_t4 = cb.resident_blocks("T4 (Colab)", 128, 255, (128 + 4 * 16) * 136 * 2)
+    fa_h200 = cb.resident_blocks("H200", 128, 255, (128 + 4 * 64) * 136 * 2)
+    assert fa_t4["регистры"] == fa_h200["регистры"] == 2            # 255 registers are allocated as 256
+    assert min(fa_t4.values()) == 1 and min(fa_h200.values()) == 2
+    assert min(cb.resident_blocks("H200", 128, 128, 16640).values()) == 4    # __launch_bounds__(128, 4) of lesson 11
+    assert min(cb.resident_blocks("T4 (Colab)", 128, 128, 16640).values()) == 3
+    assert cb.resident_blocks("H200", 1024, 16)["потоки"] == 2 and cb.resident_blocks("H200", 32, 16)["блоков на SM"] == 32
+    assert cb.waves(200, 40, 4) == 1.25
+
+
+def test_sectors_banks_and_kernel_names():
+    """Sections 3, 4 and 6: sectors of a warp's load, banks and conflicts, extern "C" names."""
+    assert [cb.sectors_touched(s) for s in (1, 2, 4, 8, 32)] == [4, 8, 16, 32, 32]
+    assert list(cb.bank_of([0, 4, 124, 128, 132])) == [0, 1, 31, 0, 1]
+    assert cb.conflict_degree(4 * 32 * np.arange(8)) == 8           # a column of 32-float rows: one bank
+    assert cb.conflict_degree(4 * 33 * np.arange(32)) == 1          # padded to 33: 32 banks
+    assert cb.conflict_degree(np.zeros(32, dtype=int)) == 1         # one word for all: a broadcast
+    assert cb.conflict_degree(2 * 64 * np.arange(8)) == 8           # lesson 09: f16 rows of D = 64
+    assert cb.conflict_degree(2 * 72 * np.arange(8)[:, None] + 4 * np.arange(4)) == 1   # D + 8: ldmatrix rows
+    fig = cb.plot_banks(rows=8, row_floats=32, pads=(0, 1))
+    assert [len(ax.patches) for ax in fig.axes] == [8 * 32, 8 * 33]
+    plt.close("all")
+    names = cb.kernel_names('__global__ void f(float* x) {}\nextern "C" __global__ void g(float* x) {}')
+    assert names[1] == "g" and names[0] != "f" and "f" in names[0]

@@ -6,6 +6,11 @@
   ``benchmarks/gpu_kernels.py`` runs them on an H200 and the lesson quotes that run.
 * The ``plot_*`` functions draw, from the index arithmetic alone (no GPU needed), which block and
   thread own which element - the pictures GPU-Puzzles draws beside each exercise.
+* :func:`resident_blocks`, :func:`waves` and :func:`plot_waves`: occupancy (blocks that live on one SM at once,
+  from the limits in :data:`REFERENCE_GPUS`) and waves of a grid; :func:`sectors_touched` / :func:`plot_sectors`:
+  the 32-byte sectors one warp's load touches; :func:`bank_of`, :func:`conflict_degree` / :func:`plot_banks`:
+  shared-memory banks; :func:`kernel_names`: the names NVRTC gives kernels (``extern "C"`` or C++-mangled);
+  :func:`plot_tile_load`: which thread loads which element of lesson 08's K/V tile.
 * :data:`BUGGY_KERNELS` and :func:`emulator_report`: two kernels with the bugs compute-sanitizer exists for (no tail
   guard, a missing barrier) and what the PTX emulator says of them, on any machine;
   ``benchmarks/sanitizer_vs_emulator.py`` puts compute-sanitizer's report on an H200 beside it.
@@ -21,18 +26,23 @@ from ..roofline import ROOFS
 
 # Figures of the two GPUs the lesson compares.  T4: NVIDIA T4 datasheet (40 SMs, 320 GB/s, fp32 8.1
 # TFLOP/s), NVIDIA Turing architecture whitepaper and the CUDA C++ Programming Guide's table for
-# compute capability 7.5 (1024 threads and 64 KB shared memory per SM, 64K registers per SM, 4 MB L2).
+# compute capability 7.5 (1024 threads, 16 resident blocks and 64 KB shared memory per SM, 64K registers per SM, 4 MB L2).
+# Resident blocks per SM (16 for 7.5, 32 for 9.0) and the 1 KB of shared memory the system reserves per block from
+# compute capability 8.0 on (0 on 7.5): CUDA C++ Programming Guide, "Technical Specifications per Compute Capability"
+# and "Compute Capability 8.x / Shared Memory"; cudaDeviceProp.maxBlocksPerMultiProcessor / reservedSharedMemPerBlock.
 # H200: the device properties read on the H200 used for this course (benchmarks/results/gpu_kernels_h200.json,
 # key "device_facts") and the H200 datasheet (141 GB HBM3e).  Bandwidth and fp32 peaks: lessons/roofline.py (ROOFS).
 REFERENCE_GPUS = {
     "T4 (Colab)": {"compute capability": "7.5", "SM": 40, "warp": 32, "потоков на блок, макс.": 1024,
                    "потоков на SM, макс.": 1024, "регистров на SM (32 бит)": 65536,
-                   "разделяемая память на SM, КиБ": 64, "разделяемая память на блок, КиБ (opt-in)": 64,
+                   "блоков на SM, макс.": 16, "разделяемая память на SM, КиБ": 64,
+                   "разделяемая память, резерв на блок, КиБ": 0, "разделяемая память на блок, КиБ (opt-in)": 64,
                    "L2, МиБ": 4, "память, ГБ": 16, "память, ГБ/с (паспорт)": round(ROOFS["T4"].bandwidth / 1e9),
                    "fp32, TFLOP/s (паспорт)": ROOFS["T4"].fp32 / 1e12},
     "H200": {"compute capability": "9.0", "SM": 132, "warp": 32, "потоков на блок, макс.": 1024,
              "потоков на SM, макс.": 2048, "регистров на SM (32 бит)": 65536,
-             "разделяемая память на SM, КиБ": 228, "разделяемая память на блок, КиБ (opt-in)": 227,
+             "блоков на SM, макс.": 32, "разделяемая память на SM, КиБ": 228,
+             "разделяемая память, резерв на блок, КиБ": 1, "разделяемая память на блок, КиБ (opt-in)": 227,
              "L2, МиБ": 60, "память, ГБ": 141, "память, ГБ/с (паспорт)": round(ROOFS["H200"].bandwidth / 1e9),
              "fp32, TFLOP/s (паспорт)": ROOFS["H200"].fp32 / 1e12},
 }
@@ -51,7 +61,10 @@ def device_facts() -> dict | None:
              "warp": p["warpSize"], "потоков на блок, макс.": p["maxThreadsPerBlock"],
              "потоков на SM, макс.": p["maxThreadsPerMultiProcessor"],
              "регистров на SM (32 бит)": p["regsPerMultiprocessor"],
+             "блоков на SM, макс.": p.get("maxBlocksPerMultiProcessor", "—"),
              "разделяемая память на SM, КиБ": p["sharedMemPerMultiprocessor"] // 1024,
+             "разделяемая память, резерв на блок, КиБ": (p["reservedSharedMemPerBlock"] // 1024
+                                                        if "reservedSharedMemPerBlock" in p else "—"),
              "разделяемая память на блок, КиБ (opt-in)": p.get("sharedMemPerBlockOptin", p["sharedMemPerBlock"]) // 1024,
              "L2, МиБ": round(p["l2CacheSize"] / 2**20, 1), "память, ГБ": round(p["totalGlobalMem"] / 1e9, 1)}
     return facts
@@ -309,6 +322,188 @@ def plot_memory_hierarchy(ax=None):
     ax.axis("off")
     ax.set_title("Иерархия памяти GPU (размеры — по документации NVIDIA; источники в autograder/cuda_basics.py)",
                  fontsize=10)
+    return ax
+
+
+# --- occupancy and waves (section 1; lessons 09 and 11 point back here) ---------------------------------------
+
+#: Registers are given to a warp in units of 256 (CUDA Occupancy Calculator; Nsight Compute's occupancy calculator,
+#: "register allocation unit size" 256, allocation by warp): a thread that uses 255 registers costs 256.
+REGISTER_ALLOCATION_UNIT = 256
+
+
+def resident_blocks(gpu, threads: int, registers: int, shared_bytes: int = 0) -> dict[str, int]:
+    """How many blocks of a kernel can live on one SM at once, by each limit of ``gpu`` (a :data:`REFERENCE_GPUS`
+    name or such a dict): threads, registers (``registers`` per thread, allocated per warp in units of
+    :data:`REGISTER_ALLOCATION_UNIT`), shared memory (``shared_bytes`` per block plus the system's reserve) and the
+    cap on resident blocks.  The smallest value is the answer (the CUDA C++ Best Practices Guide, "Occupancy")."""
+    g = REFERENCE_GPUS[gpu] if isinstance(gpu, str) else gpu
+    warps = -(-threads // g["warp"])
+    per_warp = -(-registers * g["warp"] // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    shared = shared_bytes + 1024 * g["разделяемая память, резерв на блок, КиБ"]
+    return {"потоки": g["потоков на SM, макс."] // (warps * g["warp"]),
+            "регистры": g["регистров на SM (32 бит)"] // (warps * per_warp),
+            "разделяемая память": (1024 * g["разделяемая память на SM, КиБ"] // shared) if shared else
+            g["блоков на SM, макс."],
+            "блоков на SM": g["блоков на SM, макс."]}
+
+
+def waves(num_blocks: int, sm_count: int, per_sm: int) -> float:
+    """Waves of a grid: ``num_blocks`` over ``sm_count * per_sm`` slots (blocks that live at once); 1.5 = one full
+    wave and a half-empty second one."""
+    return num_blocks / (sm_count * per_sm)
+
+
+def plot_waves(num_blocks: int, sm_count: int, per_sm: int, ax=None):
+    """SMs as columns, resident-block slots as rows; a block's colour is its wave (white: a slot left idle)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    slots = sm_count * per_sm
+    count = -(-num_blocks // slots)
+    colors = _colors(max(count, 1))
+    ax = ax or plt.subplots(figsize=(min(0.12 * sm_count + 2, 16), 0.35 * per_sm * max(count, 1) + 1.2))[1]
+    for w in range(count):
+        for slot in range(slots):
+            block = w * slots + slot
+            sm, k = slot % sm_count, slot // sm_count   # the scheduler spreads blocks over the SMs first
+            used = block < num_blocks
+            ax.add_patch(Rectangle((sm, -(w * per_sm + k)), 0.9, 0.85, facecolor=colors[w] if used else "white",
+                                   edgecolor=colors[w], lw=0.4))
+        ax.text(sm_count + 0.5, -(w * per_sm) + 0.4, f"волна {w + 1}", va="center", fontsize=8, color=colors[w])
+    ax.set_xlim(-0.5, sm_count + 6)
+    ax.set_ylim(-count * per_sm - 0.2, 1.2)
+    ax.axis("off")
+    ax.set_title(f"{num_blocks} блоков, {sm_count} SM × {per_sm} блоков на SM = {slots} мест: "
+                 f"{waves(num_blocks, sm_count, per_sm):.2f} волны\n(столбец — SM, белое — место простаивает)",
+                 fontsize=9)
+    return ax
+
+
+# --- global memory: 32-byte sectors (section 3) --------------------------------------------------------------
+
+#: A sector is the unit in which L2 and DRAM serve global memory: 32 bytes (CUDA C++ Best Practices Guide,
+#: "Coalesced Access to Global Memory"; Programming Guide, "Global Memory" of compute capability 5.x and later).
+SECTOR_BYTES = 32
+
+
+def sectors_touched(stride: int, warp: int = 32, element_bytes: int = 4) -> int:
+    """Distinct 32-byte sectors that one load of a warp touches when lane k reads element ``k * stride``."""
+    addresses = np.arange(warp) * stride * element_bytes
+    return len(np.unique(addresses // SECTOR_BYTES))
+
+
+def plot_sectors(strides=(1, 8), warp: int = 32, ax=None):
+    """One row per stride: the 32-byte sectors of memory, filled where a lane of the warp reads (dots: the lanes)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    span = max(-(-warp * s * 4 // SECTOR_BYTES) for s in strides)   # sectors from the first to the last lane's address
+    ax = ax or plt.subplots(figsize=(12, 1.1 * len(strides) + 0.8))[1]
+    for row, stride in enumerate(strides):
+        y = -1.4 * row
+        lanes = np.arange(warp) * stride * 4 / SECTOR_BYTES   # lane positions, in sectors
+        touched = set(lanes.astype(int))
+        for sector in range(span):
+            ax.add_patch(Rectangle((sector, y), 0.95, 0.8, facecolor="tab:orange" if sector in touched else "white",
+                                   edgecolor="grey", lw=0.5))
+        ax.plot(lanes + 0.06, np.full(warp, y + 0.4), "k.", ms=3)
+        ax.text(-0.5, y + 0.4, f"stride {stride}: секторов — {len(touched)}", ha="right", va="center", fontsize=9)
+    ax.set_xlim(-9, span + 0.5)
+    ax.set_ylim(-1.4 * (len(strides) - 1) - 0.3, 1.3)
+    ax.axis("off")
+    ax.set_title(f"Одна загрузка варпа (32 потока по 4 байта): клетка — сектор {SECTOR_BYTES} байт, точка — адрес "
+                 "потока; оранжевые секторы идут из L2 (а в L2 — из DRAM)", fontsize=9)
+    return ax
+
+
+# --- shared memory: banks (section 6; lessons 08 and 09 point back here) ---------------------------------------
+
+#: 32 banks of 4 bytes: successive 32-bit words go to successive banks (CUDA C++ Programming Guide, "Shared Memory" of
+#: compute capability 5.x, which holds for 7.5 and 9.0 as well).
+SHARED_BANKS, BANK_BYTES = 32, 4
+
+
+def bank_of(byte_address):
+    """The shared-memory bank of a byte address (an int or an array)."""
+    return (np.asarray(byte_address) // BANK_BYTES) % SHARED_BANKS
+
+
+def conflict_degree(byte_addresses) -> int:
+    """How many times one warp's access is serialised: the most distinct 4-byte words that fall into one bank
+    (1 = no conflict; threads reading the same word get it by broadcast and do not conflict)."""
+    words = np.unique(np.asarray(byte_addresses) // BANK_BYTES)
+    return int(np.bincount(words % SHARED_BANKS, minlength=SHARED_BANKS).max())
+
+
+def plot_banks(rows: int = 8, row_floats: int = 32, pads=(0, 1), column: int = 0):
+    """Side by side for each padding: a float tile of ``rows`` rows, colour = bank; framed = the elements that
+    ``rows`` threads read when thread r reads element (r, column) - a column of the tile."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    cmap = plt.get_cmap("hsv")
+    fig, axes = plt.subplots(1, len(pads), figsize=(7.5 * len(pads), 0.42 * rows + 1.3))
+    for ax, pad in zip(np.atleast_1d(axes), pads):
+        stride = row_floats + pad
+        for r in range(rows):
+            for c in range(stride):
+                bank = int(bank_of(4 * (r * stride + c)))
+                read = c == column
+                ax.add_patch(Rectangle((c, -r), 0.95, 0.9, facecolor=cmap(bank / SHARED_BANKS) if c < row_floats
+                                       else "lightgrey", alpha=0.55, edgecolor="black" if read else "none",
+                                       lw=2 if read else 0))
+                if read or c < 3 or c == stride - 1:
+                    ax.text(c + 0.47, -r + 0.45, str(bank), ha="center", va="center", fontsize=6)
+        degree = conflict_degree(4 * (np.arange(rows) * stride + column))
+        ax.set_xlim(-0.3, stride + 0.3)
+        ax.set_ylim(-rows + 0.5, 1.2)
+        ax.axis("off")
+        ax.set_title(f"строка {row_floats}{f' + {pad}' if pad else ''} float: столбец {column} — банки "
+                     f"{sorted(set(int(b) for b in bank_of(4 * (np.arange(rows) * stride + column))))[:8]}"
+                     f"\n{degree}-кратный конфликт" if degree > 1 else
+                     f"строка {row_floats} + {pad} float (серое — добавка): столбец {column} — {rows} разных банков"
+                     f"\nконфликта нет", fontsize=9)
+    fig.suptitle("Число в клетке и цвет — банк (адрес / 4) mod 32; рамка — что читают потоки 0…"
+                 f"{rows - 1} (поток r — строку r)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# --- C details: kernel names (section 4) ------------------------------------------------------------------------
+
+def kernel_names(source: str) -> list[str]:
+    """The names under which the kernels of ``source`` exist after NVRTC (what ``cp.RawKernel(source, name)``
+    looks up): the C++ name is mangled unless the kernel is declared ``extern "C"``.  Needs NVRTC, not a GPU."""
+    import re
+
+    from ...gpu import nvrtc
+
+    return re.findall(r"\.entry\s+(\w+)", nvrtc.ptx(source))
+
+
+# --- lesson 08: who loads which element of a K/V tile ------------------------------------------------------------
+
+def plot_tile_load(threads: int = 4, rows: int = 3, d: int = 8, ax=None):
+    """Lesson 08 step 1, ``for (e = threadIdx.x; e < BC * D; e += BR)``: element e of the tile is row e / D, column
+    e % D, loaded by thread e % BR on pass e / BR of the loop."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    ax = ax or plt.subplots(figsize=(min(0.9 * d + 2, 16), 0.8 * rows + 1.4))[1]
+    colors = _colors(threads)
+    for e in range(rows * d):
+        r, c = divmod(e, d)
+        ax.add_patch(Rectangle((c, -r), 0.95, 0.9, facecolor=colors[e % threads], alpha=0.75))
+        ax.text(c + 0.47, -r + 0.45, f"e={e}\nt{e % threads}, шаг {e // threads}", ha="center", va="center",
+                fontsize=6)
+    for r in range(rows):
+        ax.text(-0.2, -r + 0.45, f"строка k0+{r}", ha="right", va="center", fontsize=8)
+    ax.set_xlim(-2.5, d + 0.2)
+    ax.set_ylim(-rows + 0.6, 1.4)
+    ax.axis("off")
+    ax.set_title(f"Загрузка тайла: BR = {threads} потоков, BC = {rows} строк, D = {d}:\nэлемент e — строка e / D, "
+                 f"столбец e % D, поток e % BR (цвет), шаг цикла e / BR", fontsize=9)
     return ax
 
 
