@@ -18,7 +18,8 @@ $(VENV)/.installed: pyproject.toml
 ##      e.g. make lab PORT=8890 NO_BROWSER=1 TOKEN=secret   (INSTRUCTOR=1: the course root, with nbgrader's formgrader)
 # Jupyter settings of the course live in .jupyter/ (the config dir of this lab): Russian UI, no news
 # toast (labconfig/default_setting_overrides.json), the Validate dialog wraps long lines
-# (custom/custom.css); for students, nbgrader's exchange and instructor panels are off
+# (custom/custom.css), an untouched notebook opens unmodified (jupyter_server_config.json: autograder/course/lab.py);
+# for students, nbgrader's exchange and instructor panels are off
 # (student/labconfig/page_config.json); jupytext (a build tool of `make release`) adds nothing to
 # the lab (labconfig/page_config.json, jupyter_server_config.json). What the lab saves goes to
 # .jupyter/lab/ (git-ignored). The published student repository's Makefile (student/Makefile)

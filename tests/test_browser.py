@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -89,6 +90,7 @@ def lab(tmp_path_factory):
     nbformat.write(nb, folder / f"{LESSON}.ipynb")
     for lesson in WRONG_ATTEMPTS:
         nbformat.write(wrong_attempt(lesson)[0], folder / f"wrong_{lesson}.ipynb")
+    shutil.copy(course.student_notebook(LESSON), folder / "untouched.ipynb")  # byte for byte as released
     notebook_settings = tmp_path / "lab-settings" / "@jupyterlab" / "notebook-extension"
     notebook_settings.mkdir(parents=True)  # every cell in the DOM, not only those in the viewport
     (notebook_settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
@@ -311,3 +313,16 @@ def test_validate_dialog_shows_the_whole_message(lab, lesson):
     assert "Validation Results" in text
     assert says and says in text, text[:3000]  # the mistake the bank names, in the grader's words
     assert not cut, "\n".join(cut)
+
+
+def test_an_untouched_notebook_is_not_modified_by_opening_it(lab):
+    """A student who opens a lesson and changes nothing sees no «modified» mark on its tab (the kernel's start
+    must not rewrite the notebook)."""
+    url, lab_log = lab
+    with lab_page(lab_log) as page:
+        open_notebook(page, url, "untouched.ipynb")
+        wait_for_idle_kernel(url)
+        page.wait_for_timeout(3000)
+        dirty = page.locator(".lm-TabBar-tab.jp-mod-dirty").count()
+        page.screenshot(path=str(ARTIFACTS / "browser-untouched.png"), full_page=False)
+    assert dirty == 0, "the untouched notebook's tab shows it modified right after opening"
