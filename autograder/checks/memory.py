@@ -61,11 +61,11 @@ def checked_peak(function, args: tuple, expected: Callable[[], object], *, case:
 
 
 def peak_table(rows: list[tuple[str, float, float]]) -> str:
-    """A small text table: what, peak MiB, allowed MiB, ratio."""
-    lines = [f"{'что':<28}{'пик, МиБ':>10}{'допуск, МиБ':>13}{'доля':>7}"]
+    """A small text table: what, peak MiB, allowed MiB, the share of the allowance used (in %)."""
+    lines = [f"{'что':<28}{'пик, МиБ':>10}{'допуск, МиБ':>13}{'от допуска':>12}"]
     for name, peak, allowed in rows:
-        ratio = peak / allowed if allowed else float("inf")
-        lines.append(f"{name:<28}{peak / MiB:>10.2f}{allowed / MiB:>13.2f}{ratio:>7.2f}")
+        share = f"{peak / allowed:>11.0%} " if allowed else f"{'—':>11} "
+        lines.append(f"{name:<28}{peak / MiB:>10.2f}{allowed / MiB:>13.2f}{share}")
     return "\n".join(lines)
 
 
