@@ -105,7 +105,9 @@ def test_the_repository_address_is_the_one_given_everywhere(out):
         assert settings.colab_url(lesson, repository=REPOSITORY) in cells[0].source
         assert f'COURSE_REPOSITORY = "{REPOSITORY}"' in cells[1].source
         assert settings.colab_url(lesson, repository=REPOSITORY) in readme
-    assert f'COURSE_REPOSITORY = "{REPOSITORY}"' in (out / "autograder" / "course" / "settings.py").read_text()
+    published_settings = (out / "autograder" / "course" / "settings.py").read_text()
+    assert f'COURSE_REPOSITORY = "{REPOSITORY}"' in published_settings
+    assert "\nSTUDENTS_EDITION = True\n" in published_settings and not settings.STUDENTS_EDITION  # course --help: check only
 
 
 def test_the_notebooks_are_the_released_ones(out):

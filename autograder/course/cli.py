@@ -195,9 +195,12 @@ STUDENT_REFUSALS = {"grade": "course grade: скрытых тестов здес
 UNKNOWN_COMMAND = "course {command}: такой команды нет. Есть одна: course check [УРОК] (её запускает make test)."
 
 
-def students_repository(root: Path = course.ROOT) -> bool:
-    """This package runs from the students' repository (``course publish``): no solutions/ beside it."""
-    return not (root / course.SOLUTIONS).is_dir()
+def students_repository() -> bool:
+    """This package is the copy in the students' repository (``course publish`` marks it: settings.STUDENTS_EDITION);
+    not "no solutions/ beside it", which is also an instructor's plain ``pip install`` grading a class folder."""
+    from . import settings
+
+    return settings.STUDENTS_EDITION
 
 
 def _add_check(sub) -> None:

@@ -147,6 +147,9 @@ def _copy_package(source: Path, target: Path, repository: str) -> None:
                           constants.read_text(encoding="utf-8"), flags=re.MULTILINE)
     if count != 1:
         raise RuntimeError(f"{constants}: нет единственной строки COURSE_REPOSITORY, которую можно заменить")
+    text, count = re.subn(r"^STUDENTS_EDITION = False$", "STUDENTS_EDITION = True", text, flags=re.MULTILINE)
+    if count != 1:
+        raise RuntimeError(f"{constants}: нет единственной строки STUDENTS_EDITION = False, которую можно заменить")
     constants.write_text(text, encoding="utf-8")
 
 
