@@ -44,7 +44,7 @@ def test_causal_tile_fraction_is_below_the_bound_for_common_tiles(br, bc):
 
 @pytest.mark.parametrize("br, bc", [(64, 32), (64, 64), (128, 64), (64, 128), (16, 16), (128, 128)])
 def test_causal_tile_fraction_is_below_the_bound_at_the_emulators_length_and_masking_alone_is_not(br, bc):
-    """At the emulator's n = 512 the bound is looser (fewer tiles); a skipping kernel with any usual tiles stays
+    """At the emulator's n = 256 the bound is looser (fewer tiles); a skipping kernel with any usual tiles stays
     under it, one that only masks (every pair computed: 1.0) does not."""
     n = gpu_attention.EMULATOR_CAUSAL_SKIP_N
     full = -(-n // br) * -(-n // bc)
@@ -77,7 +77,7 @@ def test_the_emulators_cases_are_the_checks_own_cases_made_small():
         assert (c["n"] % 128 == 0) == (big["n"] % 128 == 0)
     assert gpu_attention.emulator_sized(VISIBLE + TAILS) == VISIBLE + TAILS
     assert gpu_attention.emulator_sized_causal_skip([{"H": 2, "n": 2048, "d": 128, "seed": 110}]) == \
-        [{"H": 1, "n": 512, "d": 128, "seed": 110}]
+        [{"H": 1, "n": 256, "d": 128, "seed": 110}]
 
 
 def test_every_run_check_of_the_lesson_runs_on_the_emulator_at_its_sizes():

@@ -353,8 +353,8 @@ LARGEST_TILE = 128  # rows of a Q or K/V tile, the most the lessons' kernels use
 
 def causal_tile_bound(n: int) -> float:
     """The most of the full count a causal kernel with tile skipping may compute at sequence length ``n``:
-    :data:`CAUSAL_TILE_RATIO`, or for short sequences (the emulator's n = 512) what the largest tiles give,
-    (N+1)/2N with N = n / 128 tiles, and 0.05 more (0.675 at n = 512; without skipping: 1)."""
+    :data:`CAUSAL_TILE_RATIO`, or for short sequences (the emulator's n = 256) what the largest tiles give,
+    (N+1)/2N with N = n / 128 tiles, and 0.05 more (0.8 at n = 256; without skipping: 1)."""
     tiles = max(1, -(-n // LARGEST_TILE))
     return max(CAUSAL_TILE_RATIO, (tiles + 1) / (2 * tiles) + 0.05)
 

@@ -25,8 +25,9 @@ CAUSAL = [{"H": 2, "n": 256, "d": 64, "seed": 5}, {"H": 1, "n": 384, "d": 128, "
 
 #: On the PTX emulator (no GPU) a case runs at most this long a sequence and two heads: it executes every thread
 #: of every block in turn, about a second for one head at n = 256 (benchmarks/emulator_speed.py).  The causal
-#: tile counter needs more tiles to tell skipping from masking: n = 512 (runtime.causal_tile_bound).
-EMULATOR_N, EMULATOR_HEADS, EMULATOR_CAUSAL_SKIP_N = 256, 2, 512
+#: tile counter runs one head at n = 256: two tiles of the largest size (128) already tell skipping (at most 3 of 4
+#: pairs) from masking (all 4), within runtime.causal_tile_bound's 0.8.
+EMULATOR_N, EMULATOR_HEADS, EMULATOR_CAUSAL_SKIP_N = 256, 2, 256
 
 
 def emulator_sized(cases) -> list[dict]:
