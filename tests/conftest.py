@@ -43,11 +43,14 @@ def work_unit(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)  # pytest without xdist (-p no:xdist) knows no such hook
 def pytest_xdist_make_scheduler(config, log):
-    """Under ``-n N`` (xdist's default ``--dist load``): work units (:func:`work_unit`), the largest first.
+    """Under ``-n N`` (xdist's default ``--dist load``): work units (:func:`work_unit`) in the order
+    :func:`cost_rank` sorts the collection, the costliest first, so that no long test starts last.
     Another ``--dist`` given on the command line is xdist's own."""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # the work units in collection order: the costliest first (cost_rank)
 
     class OneWorkerFiles(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -141,6 +144,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.bank)
         for n in sorted(lessons_of(item)):
             item.add_marker(pytest.mark.lesson(n=n))
+    # The costliest first (cost_rank; a stable sort: file order within a rank): on 2 cores with 4 xdist workers a
+    # long test that starts last leaves the other workers idle at the end.
+    items.sort(key=cost_rank)
 
 
 @pytest.fixture(autouse=True)
@@ -153,3 +159,24 @@ def _no_emulator_left_in_place():
 
     runtime.stop_using_emulator()
 
+
+
+#: The GPU lessons whose checks run on the PTX emulator without a GPU for seconds each: their tests first.
+EMULATOR_HEAVY_LESSONS = ("11", "08", "09", "07", "06")
+
+
+def cost_rank(item) -> tuple[int, int]:
+    """How early a test should start: the shared-fixture files, then end-to-end tests, then bank entries and the
+    emulator's tests, then the rest; within each, the emulator-heavy lessons first (:data:`EMULATOR_HEAVY_LESSONS`)."""
+    if item.path.name in ONE_WORKER_FILES:
+        tier = 0
+    elif item.get_closest_marker("e2e"):
+        tier = 1
+    elif item.get_closest_marker("bank") or item.get_closest_marker("emulator"):
+        tier = 2
+    else:
+        tier = 3
+    lessons = lessons_of(item) if tier else set()
+    heavy = min((EMULATOR_HEAVY_LESSONS.index(n) for n in lessons if n in EMULATOR_HEAVY_LESSONS),
+                default=len(EMULATOR_HEAVY_LESSONS))
+    return tier, heavy
