@@ -95,6 +95,8 @@ E2E_TESTS = {
                           "test_built_notebooks_are_current_and_without_outputs",  # check-release: nbgrader
                           "test_a_failed_check_shows_the_verdict_not_the_graders_traceback"},  # a Jupyter kernel
     "test_sandbox.py": {"test_course_grade_of_ones_own_notebook_goes_on_without_the_sandbox_with_one_line"},
+    "test_lms_export.py": {"test_course_export_writes_the_three_files_and_says_which_ids_to_fill",  # course export
+                           "test_course_export_names_an_unknown_lesson"},  # on a gradebook: ~11 s each
 }
 #: Calls that make a test end to end wherever it is (the real nbgrader autograde: tests/test_lessonNN_*.py's
 #: grading of the reference), found in the test's own source, so a renamed test stays in its tier.

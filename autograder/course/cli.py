@@ -7,6 +7,7 @@
     course autograde [УРОК ...]    преподавателю: проверить submitted/ в N процессах, один писатель gradebook
     course merge ПАПКА [УРОК ...]  записать в gradebook папку autograded/, проверенную на другой машине
     course report [УРОК ...]       преподавателю: отчёт по классу (одна HTML-страница)
+    course export [УРОК ...]       преподавателю: оценки в grades.csv, canvas.csv (Canvas) и moodle.csv (Moodle)
     course publish ПАПКА [--repository URL]   репозиторий студентов: без решений и скрытых тестов
     course check [УРОК ...]        студенту: окружение и видимые проверки каждого ноутбука
 """
@@ -160,6 +161,20 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from . import export_csv, folder
+
+    course_folder = folder.load(args.course)
+    folder.require_gradebook(course_folder)
+    lessons = folder.select_lessons(course_folder.lessons(), args.lesson)
+    written, warnings = export_csv.export_files(course_folder, Path(args.out), lessons)
+    for path in written:
+        print(f"записан {path}")
+    for warning in warnings:
+        print(warning, file=sys.stderr)
+    return 0
+
+
 def cmd_publish(args) -> int:
     from . import publish, release, settings
 
@@ -248,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     _selection(p)
     p.add_argument("--out", default="class_report.html", help="куда записать HTML")
     p.set_defaults(run=cmd_report)
+    p = sub.add_parser("export", help="оценки класса: grades.csv, canvas.csv и moodle.csv для импорта в LMS")
+    p.add_argument("lesson", nargs="*", help="уроки (по умолчанию все из gradebook)")
+    p.add_argument("--course", default=".", help="папка курса nbgrader (по умолчанию текущая)")
+    p.add_argument("--out", default=".", help="папка, куда записать три файла (по умолчанию текущая)")
+    p.set_defaults(run=cmd_export)
     p = sub.add_parser("publish", help="записать репозиторий студентов (без решений и скрытых тестов)")
     p.add_argument("out", help="папка репозитория студентов (например, его клон)")
     p.add_argument("--repository", help="адрес репозитория студентов на GitHub (по умолчанию "
@@ -258,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: Every subcommand of the course's own `course` (the students' repository refuses all but check).
-COMMANDS = ("release", "check-release", "lesson-text", "grade", "autograde", "merge", "report", "publish", "check")
+COMMANDS = ("release", "check-release", "lesson-text", "grade", "autograde", "merge", "report", "export", "publish",
+            "check")
 
 
 def _students_main(argv: list[str]) -> int:
