@@ -88,7 +88,7 @@ def lessons_of(item) -> set[str]:
 #: `course autograde`, builds and installs the published repository, or drives a browser.
 E2E_FILES = {"test_autograde.py", "test_hardening_autograde.py", "test_sandbox_attacks.py", "test_parallel.py",
              "test_class_faults.py", "test_class_kills.py", "test_cli_grade.py", "test_nbgrader_batch.py",
-             "test_browser.py", "test_publish.py", "test_base_install.py"}
+             "test_browser.py", "test_publish.py", "test_base_install.py", "test_jobs.py"}
 #: Single end-to-end tests of files that are otherwise unit tests (by function name).
 E2E_TESTS = {
     "test_notebooks.py": {"test_solution_notebook_runs_top_to_bottom_with_every_check_passing",  # a Jupyter kernel

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from autograder.course import lms
-from autograder.course.nbgrader_cli import nbgrader_env
+from helpers import bare_class
 from autograder.course.status import State
 
 SAMPLES = Path(__file__).parent / "lms_samples"
@@ -137,28 +137,16 @@ def test_nobody_missing_an_id_means_no_warning():
 
 # --- `course export` on a class folder ---------------------------------------------------------------------
 
-def class_folder(root: Path, monkeypatch) -> Path:
+def class_folder(root: Path) -> Path:
     """A gradebook with one lesson (12 points) and two students; carol's work is in submitted/, not graded."""
-    from nbgrader.api import Gradebook
-
-    monkeypatch.setenv("PATH", nbgrader_env()["PATH"])  # nbgrader's Gradebook shells out to alembic
-    root.mkdir()
-    (root / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.db_url = "sqlite:///gradebook.db"\n')
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
-        gradebook.add_assignment("02_fused_rmsnorm")
-        gradebook.add_notebook("02_fused_rmsnorm", "02_fused_rmsnorm")
-        gradebook.add_grade_cell("c1", "02_fused_rmsnorm", "02_fused_rmsnorm", max_score=12, cell_type="code")
-        gradebook.add_student("alice", first_name="Alice", last_name="Liddell", email="alice@example.edu",
-                              lms_user_id="4711")
-        gradebook.add_student("bob")
-    work = root / "submitted" / "carol" / "02_fused_rmsnorm"
-    work.mkdir(parents=True)
-    (work / "02_fused_rmsnorm.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
-    return root
+    return bare_class(root, {"02_fused_rmsnorm": 12.0},
+                      {"alice": dict(first_name="Alice", last_name="Liddell", email="alice@example.edu",
+                                     lms_user_id="4711"), "bob": {}},
+                      [("carol", "02_fused_rmsnorm")])
 
 
-def test_course_export_writes_the_three_files_and_says_which_ids_to_fill(tmp_path, monkeypatch):
-    course = class_folder(tmp_path / "class", monkeypatch)
+def test_course_export_writes_the_three_files_and_says_which_ids_to_fill(tmp_path):
+    course = class_folder(tmp_path / "class")
     done = subprocess.run([sys.executable, "-m", "autograder.course.cli", "export", "--out", "out"], cwd=course,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -175,8 +163,8 @@ def test_course_export_writes_the_three_files_and_says_which_ids_to_fill(tmp_pat
     assert all("nbgrader db student import" in w and "Traceback" not in w for w in warnings)
 
 
-def test_course_export_names_an_unknown_lesson(tmp_path, monkeypatch):
-    course = class_folder(tmp_path / "class", monkeypatch)
+def test_course_export_names_an_unknown_lesson(tmp_path):
+    course = class_folder(tmp_path / "class")
     done = subprocess.run([sys.executable, "-m", "autograder.course.cli", "export", "99_nothing"], cwd=course,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Нет в gradebook: 99_nothing" in done.stderr, done.stderr

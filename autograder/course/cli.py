@@ -8,6 +8,7 @@
     course merge ПАПКА [УРОК ...]  записать в gradebook папку autograded/, проверенную на другой машине
     course report [УРОК ...]       преподавателю: отчёт по классу (одна HTML-страница)
     course export [УРОК ...]       преподавателю: оценки в grades.csv, canvas.csv (Canvas) и moodle.csv (Moodle)
+    course jobs slurm|k8s --shards M [УРОК ...]   задания Slurm / Kubernetes: GPU-уроки на M машинах
     course publish ПАПКА [--repository URL]   репозиторий студентов: без решений и скрытых тестов
     course check [УРОК ...]        студенту: окружение и видимые проверки каждого ноутбука
 """
@@ -175,6 +176,19 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_jobs(args) -> int:
+    from . import jobs
+
+    text = jobs.render(args.engine, args.course, args.shards, args.lesson, image=args.image,
+                       volume_claim=args.volume_claim, out_name=Path(args.out).name if args.out else "FILE")
+    if not args.out:
+        sys.stdout.write(text)
+        return 0
+    Path(args.out).write_text(text, encoding="utf-8")
+    print(f"записан {args.out}\n{jobs.NEXT_STEPS[args.engine].format(out=args.out)}")
+    return 0
+
+
 def cmd_publish(args) -> int:
     from . import publish, release, settings
 
@@ -229,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if students_repository():
         return _students_main(argv)
+    return _run(build_parser().parse_args(argv))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The course's own `course` command line (the job templates of `course jobs` are checked against it)."""
     parser = argparse.ArgumentParser(prog="course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -268,18 +287,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--course", default=".", help="папка курса nbgrader (по умолчанию текущая)")
     p.add_argument("--out", default=".", help="папка, куда записать три файла (по умолчанию текущая)")
     p.set_defaults(run=cmd_export)
+    p = sub.add_parser("jobs", help="задания Slurm или Kubernetes: GPU-уроки класса на M машинах, затем merge")
+    p.add_argument("engine", choices=("slurm", "k8s"), help="slurm: скрипт sbatch с массивом задач; "
+                                                            "k8s: Indexed Job Kubernetes (YAML)")
+    p.add_argument("lesson", nargs="*", help="GPU-уроки (по умолчанию все GPU-уроки из gradebook)")
+    p.add_argument("--shards", type=int, required=True, help="M: на сколько машин (задач) разделить работы")
+    p.add_argument("--course", default=".", help="папка курса nbgrader (по умолчанию текущая); для Slurm — "
+                                                 "на общей файловой системе узлов")
+    p.add_argument("--image", help="k8s: образ контейнера с пакетом курса, CUDA и bubblewrap")
+    p.add_argument("--volume-claim", default="course-folder",
+                   help="k8s: PersistentVolumeClaim с папкой курса (по умолчанию course-folder)")
+    p.add_argument("--out", help="куда записать (по умолчанию — в stdout)")
+    p.set_defaults(run=cmd_jobs)
     p = sub.add_parser("publish", help="записать репозиторий студентов (без решений и скрытых тестов)")
     p.add_argument("out", help="папка репозитория студентов (например, его клон)")
     p.add_argument("--repository", help="адрес репозитория студентов на GitHub (по умолчанию "
                                         "autograder/course/settings.py: COURSE_REPOSITORY)")
     p.set_defaults(run=cmd_publish)
     _add_check(sub)
-    return _run(parser.parse_args(argv))
+    return parser
 
 
 #: Every subcommand of the course's own `course` (the students' repository refuses all but check).
-COMMANDS = ("release", "check-release", "lesson-text", "grade", "autograde", "merge", "report", "export", "publish",
-            "check")
+COMMANDS = ("release", "check-release", "lesson-text", "grade", "autograde", "merge", "report", "export", "jobs",
+            "publish", "check")
 
 
 def _students_main(argv: list[str]) -> int:
