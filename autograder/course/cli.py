@@ -190,15 +190,19 @@ def cmd_jobs(args) -> int:
 
 
 def cmd_publish(args) -> int:
-    from . import publish, release, settings
+    from . import author_tools, publish, release, settings
 
-    # Students get notebooks/ as built from lessons/, never an old build (without solutions/ there is
-    # nothing to compare, and publish() says that this is no course folder).
-    stale = release.stale_release() if (course.ROOT / course.SOLUTIONS).is_dir() else []
+    # What is refused in one line comes first: the placeholder address, no course checkout, no author's tools;
+    # then students get notebooks/ as built from lessons/, never an old build (about a minute).
+    repository = publish.repository_address(args.repository or settings.COURSE_REPOSITORY)
+    root = Path(args.course).resolve() if args.course else course.checkout()
+    publish.require_course_checkout(root)
+    author_tools.require("course publish (сверка notebooks/ с lessons/)")
+    stale = release.stale_release(root)
     if stale:
         print("Публикация отменена: собранные ноутбуки устарели.\n" + "\n".join(stale), file=sys.stderr)
         return 1
-    written = publish.publish(Path(args.out), args.repository or settings.COURSE_REPOSITORY)
+    written = publish.publish(Path(args.out), repository, root=root)
     print(f"Репозиторий студентов записан в {Path(args.out).resolve()}: {', '.join(p.name for p in written)}")
     return 0
 
@@ -301,8 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_jobs)
     p = sub.add_parser("publish", help="записать репозиторий студентов (без решений и скрытых тестов)")
     p.add_argument("out", help="папка репозитория студентов (например, его клон)")
-    p.add_argument("--repository", help="адрес репозитория студентов на GitHub (по умолчанию "
-                                        "autograder/course/settings.py: COURSE_REPOSITORY)")
+    p.add_argument("--repository", help="адрес репозитория студентов на GitHub, https://github.com/ORG/REPO (по "
+                                        "умолчанию autograder/course/settings.py: COURSE_REPOSITORY, если там не заглушка)")
+    p.add_argument("--course", help="папка курса (клон его репозитория), из которой публиковать (по умолчанию "
+                                    "репозиторий, где лежит пакет, или текущая папка)")
     p.set_defaults(run=cmd_publish)
     _add_check(sub)
     return parser
