@@ -270,13 +270,15 @@ def test_the_instructors_commands_in_the_students_repository_say_why_they_cannot
 
     shown = course_command("--help")
     assert shown.returncode == 0 and "course check" in shown.stdout, shown.stdout + shown.stderr
-    for instructors in ("grade", "release", "check-release", "publish", "autograde", "report", "lesson-text", "merge"):
+    for instructors in ("grade", "release", "check-release", "publish", "autograde", "report", "lesson-text", "merge",
+                        "export", "jobs"):
         assert instructors not in shown.stdout, (instructors, shown.stdout)
     assert "скрыт" not in shown.stdout, shown.stdout
     graded = course_command("grade", f"notebooks/{LESSON}/{LESSON}.ipynb")
     assert graded.returncode == 2 and "скрытых тестов здесь нет" in graded.stderr, graded.stderr
     for command in (["release"], ["release", LESSON], ["check-release"], ["publish", str(out.parent / "again")],
-                    ["autograde"], ["report"], ["lesson-text", LESSON], ["merge", "x"], ["nonsense"]):
+                    ["autograde"], ["report"], ["lesson-text", LESSON], ["merge", "x"], ["export"],
+                    ["jobs", "slurm", "--shards", "2"], ["nonsense"]):
         refused = course_command(*command)
         lines = refused.stderr.strip().splitlines()
         assert refused.returncode == 2 and len(lines) == 1, (command, refused.stderr)
