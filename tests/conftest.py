@@ -91,13 +91,15 @@ def lessons_of(item) -> set[str]:
 #: `course autograde`, builds and installs the published repository, or drives a browser.
 E2E_FILES = {"test_autograde.py", "test_hardening_autograde.py", "test_sandbox_attacks.py", "test_parallel.py",
              "test_class_faults.py", "test_class_kills.py", "test_cli_grade.py", "test_nbgrader_batch.py",
-             "test_browser.py", "test_publish.py", "test_base_install.py"}
+             "test_browser.py", "test_publish.py", "test_base_install.py", "test_jobs.py"}
 #: Single end-to-end tests of files that are otherwise unit tests (by function name).
 E2E_TESTS = {
     "test_notebooks.py": {"test_solution_notebook_runs_top_to_bottom_with_every_check_passing",  # a Jupyter kernel
                           "test_built_notebooks_are_current_and_without_outputs",  # check-release: nbgrader
                           "test_a_failed_check_shows_the_verdict_not_the_graders_traceback"},  # a Jupyter kernel
     "test_sandbox.py": {"test_course_grade_of_ones_own_notebook_goes_on_without_the_sandbox_with_one_line"},
+    "test_lms_export.py": {"test_course_export_writes_the_three_files_and_says_which_ids_to_fill",  # course export
+                           "test_course_export_names_an_unknown_lesson"},  # on a gradebook: ~11 s each
 }
 #: Calls that make a test end to end wherever it is (the real nbgrader autograde: tests/test_lessonNN_*.py's
 #: grading of the reference), found in the test's own source, so a renamed test stays in its tier.

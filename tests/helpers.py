@@ -51,3 +51,36 @@ def scores_of_reference_and_untouched(lesson: str, tmp_path) -> dict[str, dict[s
         "reference": grading.fill_answers(lesson, grading.reference_answers(lesson)),
         "untouched": nbformat.read(course.student_notebook(lesson), as_version=4)}, tmp_path)
     return {name: {g.cell: g.score for g in cells} for name, cells in grades.items()}
+
+
+def bare_class(root, lessons: dict[str, float], students: dict[str, dict], submitted: list[tuple[str, str]]):
+    """A class folder without grading: nbgrader_config.py, a gradebook that knows ``lessons`` (lesson -> points, one
+    graded cell each) and ``students`` (id -> nbgrader Student fields), and an (empty) notebook in
+    ``submitted/<student>/<lesson>/`` for each (student, lesson) of ``submitted``.  Nothing there is graded."""
+    import os
+    from pathlib import Path
+
+    from nbgrader.api import Gradebook
+
+    from autograder.course.nbgrader_cli import nbgrader_env
+
+    root = Path(root)
+    root.mkdir(parents=True)
+    (root / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.db_url = "sqlite:///gradebook.db"\n')
+    path = os.environ.get("PATH", "")
+    os.environ["PATH"] = nbgrader_env()["PATH"]  # nbgrader's Gradebook shells out to alembic
+    try:
+        with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+            for lesson, points in lessons.items():
+                gradebook.add_assignment(lesson)
+                gradebook.add_notebook(lesson, lesson)
+                gradebook.add_grade_cell("c1", lesson, lesson, max_score=points, cell_type="code")
+            for student_id, fields in students.items():
+                gradebook.add_student(student_id, **fields)
+    finally:
+        os.environ["PATH"] = path
+    for student_id, lesson in submitted:
+        work = root / "submitted" / student_id / lesson
+        work.mkdir(parents=True)
+        nbformat.write(nbformat.v4.new_notebook(), work / f"{lesson}.ipynb")
+    return root

@@ -85,6 +85,14 @@ def test_report_and_export_tell_ungraded_from_zero(tamper):
     assert rows["absent"]["status"] == "не сдана" and rows["absent"]["score"] == ""
     assert rows["ref_a"]["status"] == "проверена" and float(rows["ref_a"]["score"]) == 15.0
     assert rows["glob[1]"]["status"] == "проверена"
+    # `course export`: the same states in the Canvas file, a graded score from the gradebook, 0 for nothing handed in,
+    # an empty cell (no grade) for the failed submission.
+    from autograder.course import cli
+
+    assert cli.main(["export", "--course", str(folder), "--out", str(folder / "lms")]) == 0
+    with open(folder / "lms" / "canvas.csv", newline="", encoding="utf-8") as handle:
+        canvas = {r[0]: r[5] for r in list(csv.reader(handle))[2:]}
+    assert float(canvas["ref_a"]) == 15.0 and canvas["absent"] == "0" and canvas["broken_json"] == ""
 
 
 def test_serial_nbgrader_is_protected_the_same_way(clean, tmp_path):

@@ -148,15 +148,15 @@ def test_the_readme_is_the_students(out):
 
 
 def test_publish_refuses_a_course_checkout_and_keeps_a_clones_history(tmp_path):
-    with pytest.raises(ValueError):
-        publish.publish(course.ROOT)
-    with pytest.raises(ValueError):
-        publish.publish(course.ROOT.parent)
+    with pytest.raises(ValueError, match="это папка курса"):
+        publish.publish(course.ROOT, REPOSITORY)
+    with pytest.raises(ValueError, match="это папка курса"):
+        publish.publish(course.ROOT.parent, REPOSITORY)
     lookalike = tmp_path / "other-course"
     (lookalike / course.SOLUTIONS).mkdir(parents=True)
-    with pytest.raises(ValueError):
-        publish.publish(lookalike)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="похоже на папку курса"):
+        publish.publish(lookalike, REPOSITORY)
+    with pytest.raises(ValueError, match="https://github.com/OWNER/NAME"):
         publish.publish(tmp_path / "x", "https://gitlab.com/acme/module07")
 
     clone = tmp_path / "clone"
@@ -164,7 +164,7 @@ def test_publish_refuses_a_course_checkout_and_keeps_a_clones_history(tmp_path):
     (clone / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (clone / "notebooks" / "99_removed").mkdir(parents=True)
     (clone / "Makefile").write_text("stale\n")
-    publish.publish(clone)
+    publish.publish(clone, REPOSITORY)
     assert (clone / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
     assert not (clone / "notebooks" / "99_removed").exists()
     assert (clone / "Makefile").read_text() == (course.ROOT / "student" / "Makefile").read_text()
@@ -270,13 +270,15 @@ def test_the_instructors_commands_in_the_students_repository_say_why_they_cannot
 
     shown = course_command("--help")
     assert shown.returncode == 0 and "course check" in shown.stdout, shown.stdout + shown.stderr
-    for instructors in ("grade", "release", "check-release", "publish", "autograde", "report", "lesson-text", "merge"):
+    for instructors in ("grade", "release", "check-release", "publish", "autograde", "report", "lesson-text", "merge",
+                        "export", "jobs"):
         assert instructors not in shown.stdout, (instructors, shown.stdout)
     assert "скрыт" not in shown.stdout, shown.stdout
     graded = course_command("grade", f"notebooks/{LESSON}/{LESSON}.ipynb")
     assert graded.returncode == 2 and "скрытых тестов здесь нет" in graded.stderr, graded.stderr
     for command in (["release"], ["release", LESSON], ["check-release"], ["publish", str(out.parent / "again")],
-                    ["autograde"], ["report"], ["lesson-text", LESSON], ["merge", "x"], ["nonsense"]):
+                    ["autograde"], ["report"], ["lesson-text", LESSON], ["merge", "x"], ["export"],
+                    ["jobs", "slurm", "--shards", "2"], ["nonsense"]):
         refused = course_command(*command)
         lines = refused.stderr.strip().splitlines()
         assert refused.returncode == 2 and len(lines) == 1, (command, refused.stderr)
@@ -290,9 +292,62 @@ def test_course_publish_refuses_notebooks_older_than_their_text_sources(tmp_path
     from autograder.course import cli
 
     monkeypatch.setattr(release, "stale_release", lambda root=course.ROOT: ["02_fused_rmsnorm: notebooks/… не совпадает"])
-    assert cli.main(["publish", str(tmp_path / "students")]) == 1
+    assert cli.main(["publish", str(tmp_path / "students"), "--repository", REPOSITORY]) == 1
     assert not (tmp_path / "students").exists()
     assert "Публикация отменена: собранные ноутбуки устарели" in capsys.readouterr().err
+
+
+def never_called(*args, **kwargs):
+    raise AssertionError("refused before the freshness check (a minute) and before writing anything")
+
+
+def test_course_publish_refuses_the_placeholder_repository_in_one_line(tmp_path, monkeypatch, capsys):
+    """Without --repository, settings.py's placeholder (COURSE-ORG) would give students Colab links that lead
+    nowhere: `course publish` refuses at once, in one Russian line that names the option and its form."""
+    from autograder.course import cli
+
+    assert publish.repository_path(settings.COURSE_REPOSITORY).split("/")[0] == settings.PLACEHOLDER_OWNER
+    monkeypatch.setattr(release, "stale_release", never_called)
+    for argv in ([], ["--repository", "https://github.com/COURSE-ORG/anything"]):
+        assert cli.main(["publish", str(tmp_path / "students"), *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--repository https://github.com/ORG/REPO" in err[0], err
+    with pytest.raises(ValueError, match="заглушка"):
+        publish.publish(tmp_path / "students")
+    assert not (tmp_path / "students").exists()
+    assert publish.repository_address(REPOSITORY + ".git") == REPOSITORY
+
+
+def test_course_publish_without_the_authors_tools_says_what_to_install(tmp_path):
+    """An install without jupytext (an instructor's base install): `course publish` and `course check-release`
+    each print one line naming jupytext and the install command, no traceback, and write nothing."""
+    for command in (["publish", str(tmp_path / "students"), "--repository", REPOSITORY], ["check-release"]):
+        code = ("import sys; sys.modules['jupytext'] = None; from autograder.course import cli; "
+                f"sys.exit(cli.main({command!r}))")
+        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, (command, done.stderr)
+        assert "jupytext" in lines[0] and "pip install -e '.[dev]'" in lines[0] and "Traceback" not in done.stderr
+    assert not (tmp_path / "students").exists()
+
+
+def test_course_publish_works_from_an_install_outside_the_checkout(tmp_path, monkeypatch, capsys):
+    """The package installed elsewhere (site-packages: no solutions/ beside it), run in a course clone: it publishes
+    that clone; run anywhere else, it says to run it in the course folder or pass --course."""
+    from autograder.course import cli
+
+    monkeypatch.setattr(course, "ROOT", tmp_path / "site-packages")
+    monkeypatch.setattr(release, "stale_release", lambda root: [] if root == course.checkout() else never_called())
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["publish", str(tmp_path / "students"), "--repository", REPOSITORY]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--course" in err[0] and not (tmp_path / "students").exists(), err
+    checkout = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(checkout)
+    assert course.checkout() == checkout
+    assert cli.main(["publish", str(tmp_path / "students"), "--repository", REPOSITORY]) == 0
+    assert (tmp_path / "students" / "notebooks" / LESSON / f"{LESSON}.ipynb").is_file()
+    assert cli.main(["publish", str(tmp_path / "again"), "--repository", REPOSITORY, "--course", str(checkout)]) == 0
 
 
 def test_course_check_shows_warnings_once_each_repeated_message_and_the_parts_of_lesson_11():

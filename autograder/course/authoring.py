@@ -26,14 +26,15 @@ import copy
 import re
 from pathlib import Path
 
-try:  # an author's tool (the dev extra): a student's or instructor's base install has no jupytext
-    import jupytext
-except ImportError as error:
-    raise ImportError("для course release, check-release и lesson-text нужен jupytext (инструмент автора "
-                      "курса): pip install -e '.[dev]' (make делает это сам)") from error
 import nbformat
 
-from . import settings
+from . import author_tools, settings
+
+try:  # an author's tool (the dev extra): a student's or instructor's base install has no jupytext
+    import jupytext
+except ImportError as error:  # RuntimeError: the `course` command says it in one line
+    raise RuntimeError(author_tools.message("course release, check-release, lesson-text и publish", ["jupytext"])) \
+        from error
 from ..checks.core import format_points, get_check
 from ..nbgrader.cells import parse_grade_cell
 

@@ -7,6 +7,8 @@
     course autograde [УРОК ...]    преподавателю: проверить submitted/ в N процессах, один писатель gradebook
     course merge ПАПКА [УРОК ...]  записать в gradebook папку autograded/, проверенную на другой машине
     course report [УРОК ...]       преподавателю: отчёт по классу (одна HTML-страница)
+    course export [УРОК ...]       преподавателю: оценки в grades.csv, canvas.csv (Canvas) и moodle.csv (Moodle)
+    course jobs slurm|k8s --shards M [УРОК ...]   задания Slurm / Kubernetes: GPU-уроки на M машинах
     course publish ПАПКА [--repository URL]   репозиторий студентов: без решений и скрытых тестов
     course check [УРОК ...]        студенту: окружение и видимые проверки каждого ноутбука
 """
@@ -160,16 +162,47 @@ def cmd_report(args) -> int:
     return 0
 
 
-def cmd_publish(args) -> int:
-    from . import publish, release, settings
+def cmd_export(args) -> int:
+    from . import export_csv, folder
 
-    # Students get notebooks/ as built from lessons/, never an old build (without solutions/ there is
-    # nothing to compare, and publish() says that this is no course folder).
-    stale = release.stale_release() if (course.ROOT / course.SOLUTIONS).is_dir() else []
+    course_folder = folder.load(args.course)
+    folder.require_gradebook(course_folder)
+    lessons = folder.select_lessons(course_folder.lessons(), args.lesson)
+    written, warnings = export_csv.export_files(course_folder, Path(args.out), lessons)
+    for path in written:
+        print(f"записан {path}")
+    for warning in warnings:
+        print(warning, file=sys.stderr)
+    return 0
+
+
+def cmd_jobs(args) -> int:
+    from . import jobs
+
+    text = jobs.render(args.engine, args.course, args.shards, args.lesson, image=args.image,
+                       volume_claim=args.volume_claim, out_name=Path(args.out).name if args.out else "FILE")
+    if not args.out:
+        sys.stdout.write(text)
+        return 0
+    Path(args.out).write_text(text, encoding="utf-8")
+    print(f"записан {args.out}\n{jobs.NEXT_STEPS[args.engine].format(out=args.out)}")
+    return 0
+
+
+def cmd_publish(args) -> int:
+    from . import author_tools, publish, release, settings
+
+    # What is refused in one line comes first: the placeholder address, no course checkout, no author's tools;
+    # then students get notebooks/ as built from lessons/, never an old build (about a minute).
+    repository = publish.repository_address(args.repository or settings.COURSE_REPOSITORY)
+    root = Path(args.course).resolve() if args.course else course.checkout()
+    publish.require_course_checkout(root)
+    author_tools.require("course publish (сверка notebooks/ с lessons/)")
+    stale = release.stale_release(root)
     if stale:
         print("Публикация отменена: собранные ноутбуки устарели.\n" + "\n".join(stale), file=sys.stderr)
         return 1
-    written = publish.publish(Path(args.out), args.repository or settings.COURSE_REPOSITORY)
+    written = publish.publish(Path(args.out), repository, root=root)
     print(f"Репозиторий студентов записан в {Path(args.out).resolve()}: {', '.join(p.name for p in written)}")
     return 0
 
@@ -214,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if students_repository():
         return _students_main(argv)
+    return _run(build_parser().parse_args(argv))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The course's own `course` command line (the job templates of `course jobs` are checked against it)."""
     parser = argparse.ArgumentParser(prog="course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -248,17 +286,37 @@ def main(argv: list[str] | None = None) -> int:
     _selection(p)
     p.add_argument("--out", default="class_report.html", help="куда записать HTML")
     p.set_defaults(run=cmd_report)
+    p = sub.add_parser("export", help="оценки класса: grades.csv, canvas.csv и moodle.csv для импорта в LMS")
+    p.add_argument("lesson", nargs="*", help="уроки (по умолчанию все из gradebook)")
+    p.add_argument("--course", default=".", help="папка курса nbgrader (по умолчанию текущая)")
+    p.add_argument("--out", default=".", help="папка, куда записать три файла (по умолчанию текущая)")
+    p.set_defaults(run=cmd_export)
+    p = sub.add_parser("jobs", help="задания Slurm или Kubernetes: GPU-уроки класса на M машинах, затем merge")
+    p.add_argument("engine", choices=("slurm", "k8s"), help="slurm: скрипт sbatch с массивом задач; "
+                                                            "k8s: Indexed Job Kubernetes (YAML)")
+    p.add_argument("lesson", nargs="*", help="GPU-уроки (по умолчанию все GPU-уроки из gradebook)")
+    p.add_argument("--shards", type=int, required=True, help="M: на сколько машин (задач) разделить работы")
+    p.add_argument("--course", default=".", help="папка курса nbgrader (по умолчанию текущая); для Slurm — "
+                                                 "на общей файловой системе узлов")
+    p.add_argument("--image", help="k8s: образ контейнера с пакетом курса, CUDA и bubblewrap")
+    p.add_argument("--volume-claim", default="course-folder",
+                   help="k8s: PersistentVolumeClaim с папкой курса (по умолчанию course-folder)")
+    p.add_argument("--out", help="куда записать (по умолчанию — в stdout)")
+    p.set_defaults(run=cmd_jobs)
     p = sub.add_parser("publish", help="записать репозиторий студентов (без решений и скрытых тестов)")
     p.add_argument("out", help="папка репозитория студентов (например, его клон)")
-    p.add_argument("--repository", help="адрес репозитория студентов на GitHub (по умолчанию "
-                                        "autograder/course/settings.py: COURSE_REPOSITORY)")
+    p.add_argument("--repository", help="адрес репозитория студентов на GitHub, https://github.com/ORG/REPO (по "
+                                        "умолчанию autograder/course/settings.py: COURSE_REPOSITORY, если там не заглушка)")
+    p.add_argument("--course", help="папка курса (клон его репозитория), из которой публиковать (по умолчанию "
+                                    "репозиторий, где лежит пакет, или текущая папка)")
     p.set_defaults(run=cmd_publish)
     _add_check(sub)
-    return _run(parser.parse_args(argv))
+    return parser
 
 
 #: Every subcommand of the course's own `course` (the students' repository refuses all but check).
-COMMANDS = ("release", "check-release", "lesson-text", "grade", "autograde", "merge", "report", "publish", "check")
+COMMANDS = ("release", "check-release", "lesson-text", "grade", "autograde", "merge", "report", "export", "jobs",
+            "publish", "check")
 
 
 def _students_main(argv: list[str]) -> int:

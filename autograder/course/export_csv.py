@@ -5,19 +5,22 @@ whose submission could not be graded, and never sees a submission that failed be
 the gradebook.  This one (``c.ExportApp.plugin_class`` in nbgrader_config.py) adds the columns
 ``status`` (не сдана / сдана, не проверена / проверена) and ``reason``, leaves the scores empty
 unless the work is graded, lists every student of the gradebook and every ``submitted/`` folder,
-and quotes fields properly (the csv module).
+and quotes fields properly (the csv module).  ``course export`` writes this file and, beside it, the Canvas and
+Moodle import files made from the same rows (:mod:`autograder.course.lms`).
 """
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.plugins.export import ExportPlugin
 
+from . import lms
 from . import status as status_module
 
 COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
-           "raw_score", "late_submission_penalty", "score", "max_score", "status", "reason"]
+           "lms_user_id", "raw_score", "late_submission_penalty", "score", "max_score", "status", "reason"]
 
 
 class CourseCsvExport(ExportPlugin):
@@ -29,12 +32,40 @@ class CourseCsvExport(ExportPlugin):
         course = load_course_folder(self.parent.coursedir.root)
         dest = self.to or "grades.csv"
         self.log.info("Exporting grades to %s", dest)
-        with open(dest, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, COLUMNS)
-            writer.writeheader()
-            for row in rows(course, gradebook, lessons=[str(a) for a in self.assignment],
-                            students=[str(s) for s in self.student]):
-                writer.writerow(row)
+        write_rows(dest, rows(course, gradebook, lessons=[str(a) for a in self.assignment],
+                              students=[str(s) for s in self.student]))
+
+
+#: What ``course export`` writes into its folder.
+GRADES_FILE, CANVAS_FILE, MOODLE_FILE = "grades.csv", "canvas.csv", "moodle.csv"
+
+
+def write_rows(dest, found: list[dict]) -> Path:
+    with open(dest, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, COLUMNS)
+        writer.writeheader()
+        writer.writerows(found)
+    return Path(dest)
+
+
+def export_files(course, out: Path, lessons=()) -> tuple[list[Path], list[str]]:
+    """``course export``: grades.csv (this module's columns), canvas.csv and moodle.csv (:mod:`lms`) in ``out``;
+    returns the files written and the warnings (Russian: students the LMS cannot find, and what to fill in)."""
+    from ..nbgrader.gradebook import open_gradebook
+
+    with open_gradebook(course.coursedir().db_url) as gradebook:
+        found = rows(course, gradebook, lessons=list(lessons))
+    if not found:
+        raise ValueError("в gradebook нет ни одного студента и ни одной сданной работы: экспортировать нечего "
+                         "(сначала course autograde)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    grades = lms.class_grades(found)
+    canvas, canvas_warnings = lms.canvas_table(grades)
+    moodle, moodle_warnings = lms.moodle_table(grades)
+    written = [write_rows(out / GRADES_FILE, found), lms.write_table(out / CANVAS_FILE, canvas),
+               lms.write_table(out / MOODLE_FILE, moodle)]
+    return written, canvas_warnings + moodle_warnings
 
 
 def rows(course, gradebook: Gradebook, lessons=(), students=()) -> list[dict]:
@@ -54,7 +85,8 @@ def rows(course, gradebook: Gradebook, lessons=(), students=()) -> list[dict]:
             row = {"assignment": assignment.name, "duedate": assignment.duedate or "",
                    "student_id": student, "last_name": getattr(person, "last_name", "") or "",
                    "first_name": getattr(person, "first_name", "") or "",
-                   "email": getattr(person, "email", "") or "", "max_score": assignment.max_score,
+                   "email": getattr(person, "email", "") or "",
+                   "lms_user_id": getattr(person, "lms_user_id", "") or "", "max_score": assignment.max_score,
                    "status": state.state.value, "reason": state.reason, "timestamp": "",
                    "raw_score": "", "late_submission_penalty": "", "score": ""}
             try:

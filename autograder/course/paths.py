@@ -17,6 +17,14 @@ RELEASE = "notebooks"
 RELEASE_FILES = ("GLOSSARY.md",)
 
 
+def checkout(cwd: Path | None = None) -> Path:
+    """The course checkout a command works on: the repository this package sits in (an editable install), else the
+    current folder (the package installed elsewhere, the command run in a clone of the course)."""
+    if (ROOT / SOLUTIONS).is_dir():
+        return ROOT
+    return Path(cwd or Path.cwd()).resolve()
+
+
 def lessons(root: Path = ROOT) -> list[str]:
     """Lesson (= nbgrader assignment) ids: the folders of solutions/, in order."""
     return sorted(p.name for p in (root / SOLUTIONS).iterdir() if (p / f"{p.name}.ipynb").exists())

@@ -57,6 +57,17 @@ def repository_path(url: str) -> str:
     return f"{match.group(1)}/{match.group(2)}"
 
 
+def repository_address(url: str) -> str:
+    """The students' repository address to publish for: ``https://github.com/OWNER/NAME``; never the placeholder of
+    settings.py (the published Colab links and install cell must lead to a real repository)."""
+    path = repository_path(url)
+    if path.split("/")[0] == settings.PLACEHOLDER_OWNER:
+        raise ValueError(f"{url} — заглушка, а не репозиторий студентов (ссылки Colab в нём не откроются): укажите "
+                         "--repository https://github.com/ORG/REPO (или впишите адрес в autograder/course/settings.py: "
+                         "COURSE_REPOSITORY)")
+    return f"https://github.com/{path}"
+
+
 def rewrite_repository(text: str, new: str, old: str = settings.COURSE_REPOSITORY) -> str:
     """``text`` (a student notebook's file) with what settings.py writes there for the repository ``old`` written
     for ``new``: the Colab badge's address (``settings.colab_url``) and the install cell's lines
@@ -76,9 +87,11 @@ def _json_text(line: str) -> str:
 
 
 def publish(out: Path, repository: str = settings.COURSE_REPOSITORY, root: Path = course.ROOT) -> list[Path]:
-    """Write the students' repository into ``out``; returns the top-level paths written."""
+    """Write the students' repository for ``repository`` into ``out`` from the course checkout ``root``; returns the
+    top-level paths written."""
     out = Path(out).resolve()
-    repository = f"https://github.com/{repository_path(repository)}"
+    repository = repository_address(repository)
+    require_course_checkout(root)
     _refuse_course_checkout(out, root)
     out.mkdir(parents=True, exist_ok=True)
     for name in PUBLISHED:
@@ -127,12 +140,17 @@ def cited_results(root: Path = course.ROOT) -> list[str]:
     return sorted(cited)
 
 
+def require_course_checkout(root: Path) -> None:
+    """Publish from a course checkout (it has solutions/): not from a students' repository, not from elsewhere."""
+    if not (Path(root) / course.SOLUTIONS).is_dir():
+        raise ValueError(f"в {Path(root).resolve()} нет {course.SOLUTIONS}/: публикуют из папки курса (клона его "
+                         "репозитория): запустите course publish в ней или укажите --course ПАПКА_КУРСА")
+
+
 def _refuse_course_checkout(out: Path, root: Path) -> None:
     """Publish from a course checkout, never into one (this one or another): its notebooks/ and
     autograder/ would be replaced."""
     root = root.resolve()
-    if not (root / course.SOLUTIONS).is_dir():
-        raise ValueError(f"в {root} нет {course.SOLUTIONS}/: публикуют из папки курса, а не из репозитория студентов")
     if out == root or root.is_relative_to(out):
         raise ValueError(f"{out}: это папка курса (или папка над ней); укажите отдельную папку")
     for marker in (course.SOLUTIONS, "nbgrader_config.py", "gradebook.db"):

@@ -5,6 +5,9 @@ from __future__ import annotations
 #: install cell and "Open in Colab" links point to it.  `course publish OUT --repository URL` writes another
 #: one into the published copy (this line, the notebooks, README), so the course's own notebooks keep this one.
 COURSE_REPOSITORY = "https://github.com/COURSE-ORG/llm-inference-module07"
+#: The owner in COURSE_REPOSITORY until an instructor writes a real one: `course publish` refuses an address of this
+#: owner (the published notebooks' Colab links and install cell would lead nowhere).
+PLACEHOLDER_OWNER = "COURSE-ORG"
 #: True only in the package copy of the students' repository (`course publish` writes it): there `course` offers
 #: only `check`.  The course's checkout and an instructor's plain `pip install` of the package keep every command.
 STUDENTS_EDITION = False
