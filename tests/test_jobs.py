@@ -204,3 +204,17 @@ def test_course_jobs_says_what_is_missing(course_class, tmp_path, capsys):
     out = tmp_path / "grade.sbatch"
     assert cli.main(["jobs", "slurm", "--shards", "2", "--course", str(course_class), "--out", str(out)]) == 0
     assert sbatch_options(out.read_text())["array"] == "0-1" and f"bash {out}" in capsys.readouterr().out
+
+
+def test_lessons_may_follow_the_options_of_any_command():
+    """`course jobs slurm --shards 3 08 11` and `course merge DIR --only-gpu 08`: argparse alone fills a command's
+    lessons from the first run of positional words and calls the later ones unrecognised; an unknown option is
+    still an error."""
+    parser = cli.build_parser()
+    assert cli.parse(parser, ["jobs", "slurm", "--shards", "3", "08_a", "11_b"]).lesson == ["08_a", "11_b"]
+    assert cli.parse(parser, ["merge", "dir", "--only-gpu", "08_a"]).lesson == ["08_a"]
+    assert cli.parse(parser, ["merge", "dir", "08_a", "--only-gpu", "11_b"]).lesson == ["08_a", "11_b"]
+    with pytest.raises(SystemExit):
+        cli.parse(parser, ["jobs", "slurm", "--shards", "3", "--bogus"])
+    with pytest.raises(SystemExit):
+        cli.parse(parser, ["grade", "a.ipynb", "b.ipynb"])  # grade takes one notebook and no lessons

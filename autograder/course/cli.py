@@ -247,7 +247,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if students_repository():
         return _students_main(argv)
-    return _run(build_parser().parse_args(argv))
+    return _run(parse(build_parser(), argv))
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, where lessons may also follow the options (``course jobs slurm --shards 3 08 11``,
+    ``course merge FOLDER --only-gpu 08``): argparse fills a command's list of lessons from the first run of
+    positional words only, and would call the later ones unrecognised."""
+    args, rest = parser.parse_known_args(argv)
+    if rest and isinstance(getattr(args, "lesson", None), list) and not any(w.startswith("-") for w in rest):
+        args.lesson.extend(rest)
+    elif rest:
+        parser.error("unrecognized arguments: " + " ".join(rest))
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -330,7 +342,7 @@ def _students_main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_check(sub)
-    return _run(parser.parse_args(argv))
+    return _run(parse(parser, argv))
 
 
 def _run(args) -> int:
