@@ -358,6 +358,10 @@ def validate_in_the_browser(hub: Hub, student: str) -> None:
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
         menus = [m.strip() for m in page.locator(".lm-MenuBar-itemLabel").all_text_contents()]
         assert "Файл" in menus and "Выполнить" in menus and "File" not in menus, menus
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Nbgrader$")).click()
+        nbgrader_menu = [m.strip() for m in page.locator(".lm-Menu-itemLabel").all_text_contents() if m.strip()]
+        assert nbgrader_menu == ["Assignment List"], nbgrader_menu  # the exchange, no instructor panel
+        page.keyboard.press("Escape")
         text = validate(page)
         page.screenshot(path=str(ARTIFACTS / "hub-validate.png"), full_page=False)
     assert "Validation Results" in text and "Success" in text, text[:3000]
