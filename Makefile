@@ -6,12 +6,19 @@ BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: lab test test-fast test-lesson test-full release check-release autograde report bench clean
+.PHONY: lab hub test test-fast test-lesson test-full release check-release autograde report bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# npm packages (package.json, exact versions in package-lock.json): JupyterHub's proxy, configurable-http-proxy,
+# for `make hub` and its test (tests/test_hub.py). Needs node and npm (.ci/run installs them).
+NODE_MODULES := node_modules/.installed
+$(NODE_MODULES): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## lab: start JupyterLab on the student notebooks (notebooks/ is its root: solutions/ is out of reach),
@@ -36,13 +43,20 @@ lab: $(VENV)/.installed
 	  $(if $(filter-out 0 no false,$(NO_BROWSER)),--no-browser) $(if $(TOKEN),--IdentityProvider.token="$(TOKEN)") \
 	  $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+## hub: the course's JupyterHub on this machine, as root (sudo make hub): local users log in with their Unix
+##      password; members of COURSE_ID-instructors get the course folder with Formgrader, COURSE_ID-students the
+##      students' lab with Assignment List (deploy/jupyterhub_config.py, docs/instructor.md), e.g. sudo make hub HUB_URL=https://:443
+HUB_URL ?= http://:8000
+hub: $(VENV)/.installed $(NODE_MODULES)
+	"$(CURDIR)/$(BIN)/jupyterhub" -f "$(CURDIR)/deploy/jupyterhub_config.py" --JupyterHub.bind_url="$(HUB_URL)"
+
 # pytest-xdist workers: twice the 2 cores CI has, because the end-to-end tests spend much of their time waiting
 # on nbgrader's, the kernels' and the killed runs' subprocesses (make test on 2 cores, fresh clone: 1055 s with
 # -n 2, 890 s with -n 3, 834 s with -n 4, 2026-12-03/04); e.g. make test TEST_WORKERS=8 on a larger machine.
 TEST_WORKERS ?= 4
 
 ## test: the whole test suite (what CI runs)
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(NODE_MODULES)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 ## test-fast: the unit tests (no nbgrader run, no notebook kernel, no browser, no publish) and the banks of the
@@ -59,7 +73,7 @@ test-lesson: $(VENV)/.installed
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "lesson(n='$(shell printf %.2s '$(L)')')"
 
 ## test-full: the same, with every bank submission graded through nbgrader autograde (slow)
-test-full: $(VENV)/.installed
+test-full: $(VENV)/.installed $(NODE_MODULES)
 	COURSE_FULL_AUTOGRADE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 ## release: build solutions/ from the lesson sources lessons/*.py, then notebooks/ (nbgrader generate_assignment)
@@ -87,4 +101,4 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/fp8_error_cpu.py --sizes 4096 --seeds 0 1 --out "$${TMPDIR:-/tmp}/fp8_error_cpu.json"
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache node_modules

@@ -32,7 +32,7 @@ if _NVRTC_CACHE not in os.environ:
 #: one by one to whichever worker is free.  (pytest-xdist's own ``xdist_group`` marks stopped working with
 #: pytest 9.2, pytest-dev/pytest-xdist#1386: a group's tests went to both workers and each built the class.)
 ONE_WORKER_FILES = {"test_hardening_autograde.py", "test_class_faults.py", "test_class_kills.py", "test_parallel.py",
-                    "test_sandbox_attacks.py", "test_browser.py"}
+                    "test_sandbox_attacks.py", "test_browser.py", "test_hub.py"}
 
 
 def work_unit(nodeid: str) -> str:
@@ -91,7 +91,7 @@ def lessons_of(item) -> set[str]:
 #: `course autograde`, builds and installs the published repository, or drives a browser.
 E2E_FILES = {"test_autograde.py", "test_hardening_autograde.py", "test_sandbox_attacks.py", "test_parallel.py",
              "test_class_faults.py", "test_class_kills.py", "test_cli_grade.py", "test_nbgrader_batch.py",
-             "test_browser.py", "test_publish.py", "test_base_install.py", "test_jobs.py"}
+             "test_browser.py", "test_publish.py", "test_base_install.py", "test_jobs.py", "test_hub.py"}
 #: Single end-to-end tests of files that are otherwise unit tests (by function name).
 E2E_TESTS = {
     "test_notebooks.py": {"test_solution_notebook_runs_top_to_bottom_with_every_check_passing",  # a Jupyter kernel

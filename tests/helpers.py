@@ -84,3 +84,30 @@ def bare_class(root, lessons: dict[str, float], students: dict[str, dict], submi
         work.mkdir(parents=True)
         nbformat.write(nbformat.v4.new_notebook(), work / f"{lesson}.ipynb")
     return root
+
+
+def hidden_seeds(lesson: str) -> set[int]:
+    """The seeds of every hidden case in the lesson's source (what feedback must never show)."""
+    from autograder.nbgrader.cells import parse_grade_cell
+
+    seeds = set()
+    for cell in nbformat.read(course.source_notebook(lesson), as_version=4).cells:
+        for call in parse_grade_cell(cell.source) or []:
+            if call.hidden:
+                seeds |= {c["seed"] for c in call.cases or [] if "seed" in c}
+    return seeds
+
+
+def assert_feedback_hides_hidden_tests(page: str, lesson: str, who: str) -> str:
+    """A feedback page (``nbgrader generate_feedback``'s HTML) shows no hidden-test source, no seed of a hidden
+    case, no execution counts, each check's title once; returns its text (tags removed)."""
+    import re
+
+    seeds = hidden_seeds(lesson)
+    assert seeds, f"{lesson} has no hidden cases: the check would be vacuous"
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "HIDDEN TESTS" not in text and "cases=" not in text, who
+    found = {int(s) for s in re.findall(r"seed\W{1,4}(\d+)", text)}
+    assert not found & seeds, (who, found & seeds)
+    assert not re.search(r"prompt\">(In|Out)(\s|&nbsp;)*\[\d+\]", page), who  # no run counts
+    return text

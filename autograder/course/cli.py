@@ -107,7 +107,7 @@ def cmd_grade(args) -> int:
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
         print(f"Проверяю {path.name} всеми тестами урока {lesson} (с дополнительными скрытыми)…")
         grades = grading.grade_notebooks(lesson, {"me": submission}, Path(scratch),
-                                        extra_args=("--IsolatedExecute.sandbox=if-available",))["me"]
+                                        extra_args=grading.SELF_STUDY_ARGS)["me"]
         graded = nbformat.read(Path(scratch) / "autograded" / "me" / lesson / f"{lesson}.ipynb", as_version=4)
     print(grading.verdict_table(graded, grades))
     return 0

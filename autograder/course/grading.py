@@ -16,6 +16,10 @@ from .nbgrader_cli import nbgrader_batch, new_course
 from .paths import ROOT, source_notebook, student_notebook
 
 
+#: How `course grade NOTEBOOK` runs nbgrader autograde on one's own notebook: in the OS sandbox where there is one,
+#: without it otherwise (tests that compare a class's grades with `course grade` grade the same way).
+SELF_STUDY_ARGS = ("--IsolatedExecute.sandbox=if-available",)
+
 _SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 
 
