@@ -16,6 +16,8 @@ nbgrader's Assignment List API (fetch, submit, fetch feedback) and the Jupyter c
   one student pressing Validate in their hub lab in headless Chromium (the course's lab: Russian UI).
 
 Skipped only where it cannot run: not root (it creates Unix users, and JupyterHub's spawner switches to them).
+Where the venv's Python lies under a folder only root may enter (a pyenv under /root), the test opens that
+folder to pass through while it runs (:func:`python_for_every_user`).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -67,10 +70,6 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (run the suite as root, e.g. sudo .ci/run): the test "
                                                  "creates Unix users and JupyterHub's spawner runs as root to "
                                                  "switch to each of them"),
-    pytest.mark.skipif(closed_to_others(VENV_PYTHON) is not None,
-                       reason=f"the venv's Python ({os.path.realpath(VENV_PYTHON)}) is in a folder other users cannot "
-                              "enter, so no user's server can start (the hub refuses to start for that reason): make "
-                              "the venv from a Python every user can run, e.g. PYTHON=/usr/bin/python3 make .venv/.installed"),
 ]
 
 
@@ -187,7 +186,26 @@ def course_grade(course_dir: Path, students: list[str], scratch: Path) -> dict[s
 
 
 @pytest.fixture(scope="module")
-def hub():
+def python_for_every_user():
+    """Let every user pass through the folders on the way to the venv's Python that only their owner may enter,
+    for this test only: the usual venv's Python is a pyenv one under /root (mode 700 on CI and here), which the
+    test users' servers could not run (the hub refuses to start then, as it should on a real machine).  Only
+    o+x (pass through, not list), put back when the test ends."""
+    opened = []
+    try:
+        while (folder := closed_to_others(VENV_PYTHON)) is not None and folder.is_dir():
+            mode = stat.S_IMODE(folder.stat().st_mode)
+            folder.chmod(mode | stat.S_IXOTH)
+            opened.append((folder, mode))
+        assert closed_to_others(VENV_PYTHON) is None, f"other users cannot run {os.path.realpath(VENV_PYTHON)}"
+        yield
+    finally:
+        for folder, mode in reversed(opened):
+            folder.chmod(mode)
+
+
+@pytest.fixture(scope="module")
+def hub(python_for_every_user):
     """Unix users and groups, a course folder for the instructor, the exchange, and JupyterHub on them."""
     assert PROXY.exists(), "configurable-http-proxy missing: `make test` installs it (package.json)"
     users = {INSTRUCTOR: "instructors", SAMPLE_STUDENT: "students", RIGHT: "students", WRONG: "students",
