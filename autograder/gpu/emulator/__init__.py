@@ -98,7 +98,8 @@ __all__ = ["launch", "forms", "Unsupported", "Finding", "Result"]
 
 
 def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0, *,
-           max_issues: int = MAX_ISSUES, lanes: int | None = None, contract: bool = True) -> Result:
+           max_issues: int = MAX_ISSUES, lanes: int | None = None, contract: bool = True,
+           fuse: bool = True) -> Result:
     """Run ``kernel`` of the PTX module ``ptx`` with a grid of ``grid`` blocks of ``block`` threads.
 
     ``args`` follow the kernel's parameters: NumPy arrays are pointers into device buffers, as CuPy passes them
@@ -120,7 +121,8 @@ def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0
         if kernel not in kernels:
             raise ValueError(f"no kernel {kernel!r} in the PTX (found: {', '.join(kernels) or 'none'})")
         args = list(args)
-        kw = {"contract": contract} if lanes is None else {"lanes": lanes, "contract": contract}
+        kw = {"contract": contract, "fuse": fuse} if lanes is None else {"lanes": lanes, "contract": contract,
+                                                                         "fuse": fuse}
         return Machine(kernels[kernel], grid, block, args, shared_bytes, max_issues=max_issues, **kw).run()
     finally:
         if collecting:

@@ -59,7 +59,8 @@ from .errors import Unsupported
 from .findings import FATAL, Finding
 from .memory import (EPOCH_SHIFT, GLOBAL_BASE, LOCAL_WINDOW, SHARED_WINDOW, WEP_SHIFT, WINDOW_SIZE, GlobalArena,
                      LocalMemory, SharedMemory, allocation_of, demangle)
-from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op, _writes, derived
+from . import fusion
+from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op, _writes, contractions, derived
 from .ptx import TYPE_BITS, Kernel
 from .rounding import nnz
 
@@ -160,8 +161,9 @@ def _flop_prefixes(kernel) -> tuple[list, list]:
 
 class Machine:
     def __init__(self, kernel: Kernel, grid, block, args, shared_bytes: int = 0, *, max_issues: int = MAX_ISSUES,
-                 lanes: int = LANES, contract: bool = True):
+                 lanes: int = LANES, contract: bool = True, fuse: bool = True):
         self.contract = contract
+        self.fuse = fuse
         self.kernel = kernel
         self.grid, self.block = _dims(grid), _dims(block)
         self.max_issues = max_issues
@@ -868,9 +870,10 @@ class Machine:
                 if kind == PLAIN:
                     # The straight run of plain instructions from pc (program.Compiler never puts a branch, barrier,
                     # exit or collective in one), run back to back: the same issues, one per instruction.
-                    fns = runs[pc]
-                    if fns is None:
-                        fns = runs[pc] = self._straight(pc)
+                    run = runs[pc]
+                    if run is None:
+                        run = runs[pc] = self._straight(pc)
+                    fns, segments = run
                     k = len(fns)
                     if k > stop - pc:
                         k = stop - pc
@@ -879,9 +882,19 @@ class Machine:
                     if k > 1:
                         i = 0
                         try:
-                            for fn in (fns if k == len(fns) else fns[:k]):
-                                fn(arg)
-                                i += 1
+                            if k == len(fns) and segments is not None:
+                                # the whole run: its fused segments where they can run (fusion.py), else closures
+                                for first, n, seg in segments:
+                                    if seg is not None and seg.run(arg):
+                                        i += n
+                                        continue
+                                    for fn in fns[i:i + n]:
+                                        fn(arg)
+                                        i += 1
+                            else:
+                                for fn in (fns if k == len(fns) else fns[:k]):
+                                    fn(arg)
+                                    i += 1
                         except BaseException:
                             self.issued += i + 1
                             self._op = ops[pc + i]
@@ -971,7 +984,28 @@ class Machine:
                 break
             fns.append(op.fn)
             j += 1
-        return tuple(fns)
+        return tuple(fns), self._segments(pc, j)
+
+    def _segments(self, start, end):
+        """The fused segments (fusion.py) of the straight run ``start .. end - 1`` as (first, count, Segment or
+        None) in order; None where the run has none."""
+        if not self.fuse or end - start < fusion.MIN_SEGMENT:
+            return None
+        contracted = derived(self.kernel, "contractions", contractions) if self.contract else {}
+        plans = derived(self.kernel, "fusion_plans", lambda k: {})
+        key = (start, end, self.contract)
+        if key not in plans:
+            plans[key] = fusion.plan_run(self.kernel, contracted, start, end)
+        out = []
+        for first, n, plan in plans[key]:
+            if plan is not None and any(self.ops[j].unsupported for j in range(first, first + n)):
+                plan = None
+            seg = fusion.Segment(self, self.compiler, plan) if plan is not None else None
+            if out and seg is None and out[-1][2] is None:
+                out[-1] = (out[-1][0], out[-1][1] + n, None)
+            else:
+                out.append((first, n, seg))
+        return out if any(seg is not None for _, _, seg in out) else None
 
     def _partial_collective(self, op, mask):
         present = self.warp_bits(mask)
