@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .memory import MAX_QUEUED
 from .program import _reads
 from .rounding import canon32, nnz
 
@@ -221,6 +222,8 @@ class Segment:
             self.dmin, self.dmax = min(offsets) - self.off0, max(offsets) - self.off0
             self.aligned_offsets = all((o - self.off0) % 4 == 0 for o in offsets)
             self.dgran = np.array([(o - self.off0) >> 2 for o in offsets], dtype=_I64)[:, None]
+            # a block's lanes are contiguous (each block padded to whole warps): block-uniform reads can be seen
+            self.uniform_check = machine.L % machine.Tp == 0
             self.load_pcs = [pc for _, pc, _, _ in plan.loads]
             self.load_regs = [view(machine_name) for machine_name in
                               (compiler.kernel.instructions[pc].operands[0].value for pc in self.load_pcs)]
@@ -280,7 +283,7 @@ class Segment:
             return lambda env: np.concatenate([f(env) for f in items]).reshape(n, L).astype(_F64)
 
         self.sums = np.empty((max(plan.nsum, 1), L), dtype=_F64)
-        self.sum_inputs = []  # per sum step: () -> (products, addends, sums) of the last run, for the residuals
+        self.sum_inputs = []  # per sum step: (first row, end row, (rows, cols) -> (products, addends) of the last run)
         steps = []
         chains = _chains(plan)
         srow = 0
@@ -296,15 +299,15 @@ class Segment:
                 out = self.sums[srow:srow + k]
                 srow += k
                 keep = [None, None, None]
-                self.sum_inputs.append(_chain_inputs(keep, out, L))
+                self.sum_inputs.append((srow - k, srow, _chain_inputs(keep)))
                 steps.append(_chain_step(prods, start, out, chain, keep))
             elif kind == "sum":
                 p = getter([plan.ops[i][1][0] for i in members], _F64)
                 c = getter([plan.ops[i][1][1] for i in members], _F64)
                 out = self.sums[srow:srow + n]
                 srow += n
-                keep = [None, None, out]
-                self.sum_inputs.append(lambda keep=keep: keep)
+                keep = [None, None]
+                self.sum_inputs.append((srow - n, srow, _group_inputs(keep)))
                 steps.append(_sum_step(p, c, out, keep, g))
             else:
                 a = getter([plan.ops[i][1][0] for i in members], _F64 if kind == "prod" else _F32)
@@ -343,9 +346,11 @@ class Segment:
         if self.checks_sums:
             s = self.sums
             a = np.abs(s)
-            if nnz(a >= _TINY) + nnz(a == 0) != s.size:
+            big = nnz(a >= _TINY)
+            if big != s.size and big + nnz(a == 0) != s.size:
                 return False
-            if nnz((s.view(_U64) & _LOW29) == _TIE) and not self._midpoints_exact():
+            boundary = (s.view(_U64) & _LOW29) == _TIE
+            if nnz(boundary) and not self._midpoints_exact(boundary):
                 return False
         if self.nload:
             note()
@@ -357,19 +362,43 @@ class Segment:
                 np.copyto(R, value(env), where=mask)
         return True
 
-    def _midpoints_exact(self) -> bool:
-        """Whether every sum on a float32 rounding midpoint is exact (TwoSum's residual 0), as
-        ``ops_float.fma32_rn_canon`` asks before rounding such sums directly."""
-        for inputs in self.sum_inputs:
-            p, z, s = inputs()
-            boundary = (s.view(_U64) & _LOW29) == _TIE
-            if nnz(boundary):
-                bb = s - p
-                e = (p - (s - bb)) + (z - bb)
-                if e.shape != boundary.shape:
-                    e = np.broadcast_to(e, boundary.shape)
-                if nnz(e[boundary]):
-                    return False
+    def _uniform(self, block_first, first, ep, key, slot, sh):
+        """_load_checked where each block's lanes read one address per load (``block_first``: each block's first
+        granule): the same checks on one lane per block (a block's lanes share its epoch), the values spread."""
+        Tp = self.m.Tp
+        bb = block_first + self.dgran  # (loads, blocks)
+        w = sh.writer[bb]
+        if nnz(w) < w.size or nnz(w >= ep[::Tp]):
+            return None
+        values = np.repeat(sh.data.view(_U32)[bb].view(_F32), Tp, axis=1)
+        return values, self._noter(sh, first + self.dgran, ep, key, slot)
+
+    def _noter(self, sh, b, ep, key, slot):
+        """A function queueing the loads' reads for the readers' summary, in program order (as each load's
+        ``SharedMemory.note_read``; the summary is brought up to date once, where the queue has grown too long)."""
+        pcs = self.load_pcs
+        n = b.shape[1]
+
+        def note():
+            sh.reads.extend([(b[k], ep, key, pc, slot) for k, pc in enumerate(pcs)])
+            sh.queued += n * len(pcs)
+            if sh.queued > MAX_QUEUED:
+                sh.flush_reads()
+        return note
+
+    def _midpoints_exact(self, boundary) -> bool:
+        """Whether every sum on a float32 rounding midpoint (``boundary``, over the sums) is exact (TwoSum's residual
+        0), as ``ops_float.fma32_rn_canon`` asks before rounding such sums directly; computed at those sums only."""
+        for r0, r1, inputs in self.sum_inputs:
+            part = boundary[r0:r1]
+            if not nnz(part):
+                continue
+            rows, cols = np.nonzero(part)
+            p, z = inputs(rows, cols)
+            s = self.sums[r0:r1][rows, cols]
+            bb = s - p
+            if nnz((p - (s - bb)) + (z - bb)):
+                return False
         return True
 
     def _load_checked(self, idx, n):
@@ -392,7 +421,14 @@ class Segment:
             # every base + offset within [0, size - 4] (Python integers: no wrap-around), and 4-byte aligned
             if int(base.min()) + self.dmin < 0 or int(base.max()) + self.dmax > sh.size - 4 or nnz(base & 3):
                 return None
-            b = (slot_g + (base >> 2)) + self.dgran
+            first = slot_g + (base >> 2)
+            if n == self.L and self.uniform_check:
+                # every block's lanes at one address (a row of a tile, read by the whole block): checked and read
+                # once per block, spread over its lanes
+                per_block = first.reshape(-1, m.Tp)
+                if not nnz(per_block != per_block[:, :1]):
+                    return self._uniform(per_block[:, 0], first, ep, key, slot, sh)
+            b = first + self.dgran
         else:
             rows = [(R.astype(_I64) if R.dtype.itemsize < 8 else R.view(_I64)) for R in self.load_bases]
             offs = np.concatenate(rows).reshape(self.nload, self.L) + self.load_offsets
@@ -405,12 +441,7 @@ class Segment:
         if nnz(w) < w.size or nnz(w >= ep):
             return None
         values = sh.data.view(_U32)[b].view(_F32)
-        pcs = self.load_pcs
-
-        def note():
-            queue = sh.note_read
-            for k, pc in enumerate(pcs):
-                queue(b[k], ep, key, pc, slot)
+        note = self._noter(sh, b, ep, key, slot)
         if n == self.L:
             return values, note
         full = np.concatenate(self.load_regs).reshape(self.nload, self.L)
@@ -469,19 +500,33 @@ def _chain_step(prods, start, out, chain, keep):
         for t, s in enumerate(rows):
             np.add(P[t], c, out=s)
             c = s.astype(_F32).astype(_F64)
-        r = out.astype(_F32)
+        r = keep[2] = out.astype(_F32)
         for t, g in keys:
             env[g] = r[t:t + 1]
     return step
 
 
-def _chain_inputs(keep, out, L):
-    """() -> (products, addends, sums) of a chain's last run: the addends are its start and its rounded sums."""
-    def inputs():
-        P, c = keep[0], keep[1]
-        r = out.astype(_F32).astype(_F64)
-        first = np.broadcast_to(np.asarray(c, dtype=_F64), (1, L))
-        return P, np.concatenate([first, r[:-1]]), out
+def _at(v, rows, cols):
+    """The values of ``v`` (a group's (n, L) rows, one lane array or a number) at (rows, cols)."""
+    v = np.asarray(v)
+    if v.ndim == 2:
+        return v[rows, cols] if v.shape[0] > 1 else v[0, cols]
+    return v[cols] if v.ndim == 1 else v
+
+
+def _chain_inputs(keep):
+    """(rows, cols) -> (products, addends) of a chain's last run there: the addends are its start and its rounded
+    sums."""
+    def inputs(rows, cols):
+        P, c, r = keep
+        z = np.where(rows == 0, _at(c, rows, cols), r[rows - 1, cols].astype(_F64))
+        return P[rows, cols], z
+    return inputs
+
+
+def _group_inputs(keep):
+    def inputs(rows, cols):
+        return _at(keep[0], rows, cols), _at(keep[1], rows, cols)
     return inputs
 
 

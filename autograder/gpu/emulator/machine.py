@@ -86,7 +86,7 @@ _REGISTER_ONLY = frozenset(
 _RUN = 256
 _BATCH_ELEMENTS = 1 << 20
 #: Plain instructions one straight run (Machine._straight) holds at most.
-_STRAIGHT = 64
+_STRAIGHT = 256
 
 
 @dataclasses.dataclass
@@ -882,9 +882,14 @@ class Machine:
                     if k > 1:
                         i = 0
                         try:
-                            if k == len(fns) and segments is not None:
-                                # the whole run: its fused segments where they can run (fusion.py), else closures
+                            if segments is not None:
+                                # its fused segments (fusion.py) where they lie wholly within the k instructions to
+                                # run and can run, else the closures
                                 for first, n, seg in segments:
+                                    if i + n > k:
+                                        n, seg = k - i, None
+                                        if n <= 0:
+                                            break
                                     if seg is not None and seg.run(arg):
                                         i += n
                                         continue
