@@ -75,7 +75,8 @@ Modules: ``ptx`` (reading PTX), ``program`` (instructions -> closures, built whe
 registry), ``ops_*`` (one builder per opcode family; ``ops_half`` f16/bf16 arithmetic, ``ops_tensor`` mma and
 ldmatrix), ``rounding`` (exact float rounding, the narrow formats), ``memory`` (global arena,
 shared memory with shadow state, local memory), ``machine`` (lanes, divergence, barriers, collectives; its
-docstring has the execution rule and the cost model), ``findings``.
+docstring has the execution rule and the cost model), ``fusion`` (straight stretches of f32 arithmetic and shared
+loads run a data-flow level at a time: the closures' bits and findings, or a fallback to them), ``findings``.
 
 Speed: about 75-200 thousand instruction issues per second on one quiet core for lesson 08's kernels (half that
 beside other jobs), 15-25 thousand for lesson 09's tensor-core one (one issue: one instruction over one group of lanes; ``benchmarks/emulator_speed.py``
@@ -108,7 +109,8 @@ def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0
     back), numbers are passed as the parameter's PTX type.  ``shared_bytes`` is
     the dynamic shared memory per block; ``lanes`` caps the threads emulated at once (whole blocks; default
     :data:`machine.LANES`); ``contract`` runs a ``mul.f32`` whose only use is the next ``add.f32``/``sub.f32`` as one
-    FMA, as ptxas does (``program.contractions``).  Constructs the emulator does not implement give a finding of kind
+    FMA, as ptxas does (``program.contractions``); ``fuse`` runs straight stretches of f32 arithmetic and shared
+    loads as fused segments (``fusion``: the same results; False only to compare).  Constructs the emulator does not implement give a finding of kind
     ``"unsupported"`` (the run stops there); :class:`Unsupported` never escapes."""
     collecting = gc.isenabled()
     gc.disable()  # the run allocates many short-lived tuples; full collections of the process's heap cost seconds

@@ -362,16 +362,18 @@ class Segment:
                 np.copyto(R, value(env), where=mask)
         return True
 
-    def _uniform(self, block_first, first, ep, key, slot, sh):
+    def _uniform(self, block_first, first, ep, key, slot, sh, lane_ep=None):
         """_load_checked where each block's lanes read one address per load (``block_first``: each block's first
-        granule): the same checks on one lane per block (a block's lanes share its epoch), the values spread."""
+        granule): the same checks on one lane per block (a block's lanes share its epoch: ``ep`` of every lane of
+        the chunk), the values spread over every lane; ``first``, ``lane_ep``, ``key`` and ``slot`` are those of
+        the executing lanes (``lane_ep`` None: ``ep``)."""
         Tp = self.m.Tp
         bb = block_first + self.dgran  # (loads, blocks)
         w = sh.writer[bb]
         if nnz(w) < w.size or nnz(w >= ep[::Tp]):
             return None
         values = np.repeat(sh.data.view(_U32)[bb].view(_F32), Tp, axis=1)
-        return values, self._noter(sh, first + self.dgran, ep, key, slot)
+        return values, self._noter(sh, first + self.dgran, ep if lane_ep is None else lane_ep, key, slot)
 
     def _noter(self, sh, b, ep, key, slot):
         """A function queueing the loads' reads for the readers' summary, in program order (as each load's
@@ -393,9 +395,8 @@ class Segment:
             part = boundary[r0:r1]
             if not nnz(part):
                 continue
-            rows, cols = np.nonzero(part)
-            p, z = inputs(rows, cols)
-            s = self.sums[r0:r1][rows, cols]
+            p, z = inputs(part)
+            s = self.sums[r0:r1][part]
             bb = s - p
             if nnz((p - (s - bb)) + (z - bb)):
                 return False
@@ -415,6 +416,16 @@ class Segment:
                 return None
             R = self.load_bases[0]
             base = R.astype(_I64) if R.dtype.itemsize < 8 else R.view(_I64)
+            if n != self.L and self.uniform_check and len(m._alive_idx if m._alive_idx is not None else ()) == self.L:
+                # some lanes of a full chunk: where every lane's address is its block's (a tile row), the checks of
+                # every lane (more than needed: a failure only means the closures run) once per block
+                full = base + self.off0
+                if int(full.min()) + self.dmin >= 0 and int(full.max()) + self.dmax <= sh.size - 4 \
+                        and not nnz(full & 3):
+                    per_block = (m.slot * sh.gstride + (full >> 2)).reshape(-1, m.Tp)
+                    if not nnz(per_block != per_block[:, :1]):
+                        return self._uniform(per_block[:, 0], per_block.reshape(-1)[idx], m.lane_ep, key, slot, sh,
+                                             ep)
             if n != self.L:
                 base = base[idx]
             base = base + self.off0
@@ -506,27 +517,28 @@ def _chain_step(prods, start, out, chain, keep):
     return step
 
 
-def _at(v, rows, cols):
-    """The values of ``v`` (a group's (n, L) rows, one lane array or a number) at (rows, cols)."""
+def _at(v, where):
+    """The values of ``v`` (a group's (n, L) rows, one lane array or a number) where the (n, L) mask ``where`` is."""
     v = np.asarray(v)
-    if v.ndim == 2:
-        return v[rows, cols] if v.shape[0] > 1 else v[0, cols]
-    return v[cols] if v.ndim == 1 else v
+    if v.ndim == 0:
+        return v
+    return np.broadcast_to(v, where.shape)[where]
 
 
 def _chain_inputs(keep):
-    """(rows, cols) -> (products, addends) of a chain's last run there: the addends are its start and its rounded
-    sums."""
-    def inputs(rows, cols):
+    """where -> (products, addends) of a chain's last run there: the addends are its start and its rounded sums."""
+    def inputs(where):
         P, c, r = keep
-        z = np.where(rows == 0, _at(c, rows, cols), r[rows - 1, cols].astype(_F64))
-        return P[rows, cols], z
+        z = np.empty(r.shape, dtype=_F64)
+        z[0] = c
+        z[1:] = r[:-1]
+        return P[where], z[where]
     return inputs
 
 
 def _group_inputs(keep):
-    def inputs(rows, cols):
-        return _at(keep[0], rows, cols), _at(keep[1], rows, cols)
+    def inputs(where):
+        return _at(keep[0], where), _at(keep[1], where)
     return inputs
 
 

@@ -30,6 +30,10 @@ so a launch costs about its issues times the NumPy calls per instruction.  Hence
   where it would reach another group's pc or the ``max_issues`` budget: the issue count goes up by the run's
   length, and where a closure raises (a fatal finding, ``Unsupported``) the count and the current instruction are
   those of the instruction-by-instruction loop.
+* Within a straight run, a stretch of f32 ``mul``/``add``/``sub``/``fma.rn`` and ``ld.shared.f32`` (fusion.py) runs
+  as one fused segment: a data-flow level at a time (the independent loads, muls or FMAs of a level: one NumPy call
+  each), an FMA chain three calls a link; it gives the closures' bits, findings and bookkeeping, or falls back to
+  the closures having changed nothing (``launch(fuse=False)``: never fused).
 * Loads and stores of every lane (no thread exited, no padding) pass the address register and write the
   destination whole, without the index array.
 * A closure gets ``None`` for its mask when the group is every live lane (no masking), and the lanes' index
