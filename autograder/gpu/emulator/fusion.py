@@ -42,7 +42,9 @@ _LOW29 = np.uint64(0x1FFFFFFF)
 _TIE = np.uint64(0x10000000)
 _TINY = 1.2e-38  # ops_float.fma32_rn_canon's bound for the sums that need the exact path
 #: The fewest instructions worth a segment.
-MIN_SEGMENT = 4
+MIN_SEGMENT = 16
+#: Instructions x lanes a segment holds at most (its float64 arrays are about that many elements).
+MAX_ELEMENTS = 1 << 22
 
 
 # --- the static plan (of the kernel alone) ---------------------------------------------------------------------
@@ -329,16 +331,35 @@ class Segment:
     def run(self, mask) -> bool:
         """Evaluate the segment for the lanes of ``mask`` (None: every live lane), or return False having changed
         nothing."""
+        try:
+            env, note = self._evaluate(mask)
+        except Exception:  # noqa: BLE001 - a case this module did not foresee: nothing is written, the closures run
+            return False
+        if env is None:
+            return False
+        if note is not None:
+            note()
+        if mask is None:
+            for R, value in self.commits:
+                R[...] = value(env)
+        else:
+            for R, value in self.commits:
+                np.copyto(R, value(env), where=mask)
+        return True
+
+    def _evaluate(self, mask):
+        """(the groups' values, the loads' read queueing or None), or (None, None) where the segment falls back."""
         m = self.m
         env = [None] * (self.ngroups + 1)
+        note = None
         if self.nload:
             idx = m.lanes_of(mask)
             n = len(idx)
             if n == 0:
-                return False
+                return None, None
             loaded = self._load_checked(idx, n)
             if loaded is None:
-                return False
+                return None, None
             values, note = loaded
             env[-1] = values
         for step in self.steps:
@@ -348,19 +369,11 @@ class Segment:
             a = np.abs(s)
             big = nnz(a >= _TINY)
             if big != s.size and big + nnz(a == 0) != s.size:
-                return False
+                return None, None
             boundary = (s.view(_U64) & _LOW29) == _TIE
             if nnz(boundary) and not self._midpoints_exact(boundary):
-                return False
-        if self.nload:
-            note()
-        if mask is None:
-            for R, value in self.commits:
-                R[...] = value(env)
-        else:
-            for R, value in self.commits:
-                np.copyto(R, value(env), where=mask)
-        return True
+                return None, None
+        return env, note
 
     def _uniform(self, block_first, first, ep, key, slot, sh, lane_ep=None):
         """_load_checked where each block's lanes read one address per load (``block_first``: each block's first

@@ -1007,7 +1007,8 @@ class Machine:
             plans[key] = fusion.plan_run(self.kernel, contracted, start, end)
         out = []
         for first, n, plan in plans[key]:
-            if plan is not None and any(self.ops[j].unsupported for j in range(first, first + n)):
+            if plan is not None and (plan.count * self.L > fusion.MAX_ELEMENTS
+                                     or any(self.ops[j].unsupported for j in range(first, first + n))):
                 plan = None
             seg = fusion.Segment(self, self.compiler, plan) if plan is not None else None
             if out and seg is None and out[-1][2] is None:
