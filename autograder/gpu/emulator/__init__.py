@@ -78,9 +78,11 @@ shared memory with shadow state, local memory), ``machine`` (lanes, divergence, 
 docstring has the execution rule and the cost model), ``fusion`` (straight stretches of f32 arithmetic and shared
 loads run a data-flow level at a time: the closures' bits and findings, or a fallback to them), ``findings``.
 
-Speed: about 75-200 thousand instruction issues per second on one quiet core for lesson 08's kernels (half that
-beside other jobs), 15-25 thousand for lesson 09's tensor-core one (one issue: one instruction over one group of lanes; ``benchmarks/emulator_speed.py``
-times every graded case of lessons 06, 07, 08, 09 and 11; ``benchmarks/results/emulator_speed.txt``).
+Speed: about 350-700 thousand instruction issues per second on one quiet core for lesson 08's graded kernel (step
+1: its unrolled loops run as fused segments, ``fusion``), 55-165 thousand for its step 2, 15-25 thousand for lesson
+09's tensor-core one (half that beside other jobs; one issue: one instruction over one group of lanes;
+``benchmarks/emulator_speed.py`` times every graded case of lessons 06, 07, 08, 09 and 11;
+``benchmarks/results/emulator_speed.txt``).
 """
 from __future__ import annotations
 
