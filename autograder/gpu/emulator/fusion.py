@@ -229,7 +229,6 @@ class Segment:
             self.load_pcs = [pc for _, pc, _, _ in plan.loads]
             self.load_regs = [view(machine_name) for machine_name in
                               (compiler.kernel.instructions[pc].operands[0].value for pc in self.load_pcs)]
-        self.loaded = None
         # Inputs of each group, position by position: a getter over the environment.
         consts: dict = {}
 
