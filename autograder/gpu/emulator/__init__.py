@@ -75,11 +75,14 @@ Modules: ``ptx`` (reading PTX), ``program`` (instructions -> closures, built whe
 registry), ``ops_*`` (one builder per opcode family; ``ops_half`` f16/bf16 arithmetic, ``ops_tensor`` mma and
 ldmatrix), ``rounding`` (exact float rounding, the narrow formats), ``memory`` (global arena,
 shared memory with shadow state, local memory), ``machine`` (lanes, divergence, barriers, collectives; its
-docstring has the execution rule and the cost model), ``findings``.
+docstring has the execution rule and the cost model), ``fusion`` (straight stretches of f32 arithmetic and shared
+loads run a data-flow level at a time: the closures' bits and findings, or a fallback to them), ``findings``.
 
-Speed: about 75-200 thousand instruction issues per second on one quiet core for lesson 08's kernels (half that
-beside other jobs), 15-25 thousand for lesson 09's tensor-core one (one issue: one instruction over one group of lanes; ``benchmarks/emulator_speed.py``
-times every graded case of lessons 06, 07, 08, 09 and 11; ``benchmarks/results/emulator_speed.txt``).
+Speed: about 350-700 thousand instruction issues per second on one quiet core for lesson 08's graded kernel (step
+1: its unrolled loops run as fused segments, ``fusion``), 55-165 thousand for its step 2, 15-25 thousand for lesson
+09's tensor-core one (half that beside other jobs; one issue: one instruction over one group of lanes;
+``benchmarks/emulator_speed.py`` times every graded case of lessons 06, 07, 08, 09 and 11;
+``benchmarks/results/emulator_speed.txt``).
 """
 from __future__ import annotations
 
@@ -98,7 +101,8 @@ __all__ = ["launch", "forms", "Unsupported", "Finding", "Result"]
 
 
 def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0, *,
-           max_issues: int = MAX_ISSUES, lanes: int | None = None, contract: bool = True) -> Result:
+           max_issues: int = MAX_ISSUES, lanes: int | None = None, contract: bool = True,
+           fuse: bool = True) -> Result:
     """Run ``kernel`` of the PTX module ``ptx`` with a grid of ``grid`` blocks of ``block`` threads.
 
     ``args`` follow the kernel's parameters: NumPy arrays are pointers into device buffers, as CuPy passes them
@@ -107,7 +111,8 @@ def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0
     back), numbers are passed as the parameter's PTX type.  ``shared_bytes`` is
     the dynamic shared memory per block; ``lanes`` caps the threads emulated at once (whole blocks; default
     :data:`machine.LANES`); ``contract`` runs a ``mul.f32`` whose only use is the next ``add.f32``/``sub.f32`` as one
-    FMA, as ptxas does (``program.contractions``).  Constructs the emulator does not implement give a finding of kind
+    FMA, as ptxas does (``program.contractions``); ``fuse`` runs straight stretches of f32 arithmetic and shared
+    loads as fused segments (``fusion``: the same results; False only to compare).  Constructs the emulator does not implement give a finding of kind
     ``"unsupported"`` (the run stops there); :class:`Unsupported` never escapes."""
     collecting = gc.isenabled()
     gc.disable()  # the run allocates many short-lived tuples; full collections of the process's heap cost seconds
@@ -120,7 +125,8 @@ def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0
         if kernel not in kernels:
             raise ValueError(f"no kernel {kernel!r} in the PTX (found: {', '.join(kernels) or 'none'})")
         args = list(args)
-        kw = {"contract": contract} if lanes is None else {"lanes": lanes, "contract": contract}
+        kw = {"contract": contract, "fuse": fuse} if lanes is None else {"lanes": lanes, "contract": contract,
+                                                                         "fuse": fuse}
         return Machine(kernels[kernel], grid, block, args, shared_bytes, max_issues=max_issues, **kw).run()
     finally:
         if collecting:

@@ -30,6 +30,10 @@ so a launch costs about its issues times the NumPy calls per instruction.  Hence
   where it would reach another group's pc or the ``max_issues`` budget: the issue count goes up by the run's
   length, and where a closure raises (a fatal finding, ``Unsupported``) the count and the current instruction are
   those of the instruction-by-instruction loop.
+* Within a straight run, a stretch of f32 ``mul``/``add``/``sub``/``fma.rn`` and ``ld.shared.f32`` (fusion.py) runs
+  as one fused segment: a data-flow level at a time (the independent loads, muls or FMAs of a level: one NumPy call
+  each), an FMA chain three calls a link; it gives the closures' bits, findings and bookkeeping, or falls back to
+  the closures having changed nothing (``launch(fuse=False)``: never fused).
 * Loads and stores of every lane (no thread exited, no padding) pass the address register and write the
   destination whole, without the index array.
 * A closure gets ``None`` for its mask when the group is every live lane (no masking), and the lanes' index
@@ -59,7 +63,8 @@ from .errors import Unsupported
 from .findings import FATAL, Finding
 from .memory import (EPOCH_SHIFT, GLOBAL_BASE, LOCAL_WINDOW, SHARED_WINDOW, WEP_SHIFT, WINDOW_SIZE, GlobalArena,
                      LocalMemory, SharedMemory, allocation_of, demangle)
-from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op, _writes, derived
+from . import fusion
+from .program import BARRIER, BRANCH, COLLECTIVE, EXIT, PLAIN, UNSIGNED, Compiler, Op, _writes, contractions, derived
 from .ptx import TYPE_BITS, Kernel
 from .rounding import nnz
 
@@ -85,7 +90,7 @@ _REGISTER_ONLY = frozenset(
 _RUN = 256
 _BATCH_ELEMENTS = 1 << 20
 #: Plain instructions one straight run (Machine._straight) holds at most.
-_STRAIGHT = 64
+_STRAIGHT = 256
 
 
 @dataclasses.dataclass
@@ -160,8 +165,9 @@ def _flop_prefixes(kernel) -> tuple[list, list]:
 
 class Machine:
     def __init__(self, kernel: Kernel, grid, block, args, shared_bytes: int = 0, *, max_issues: int = MAX_ISSUES,
-                 lanes: int = LANES, contract: bool = True):
+                 lanes: int = LANES, contract: bool = True, fuse: bool = True):
         self.contract = contract
+        self.fuse = fuse
         self.kernel = kernel
         self.grid, self.block = _dims(grid), _dims(block)
         self.max_issues = max_issues
@@ -868,9 +874,10 @@ class Machine:
                 if kind == PLAIN:
                     # The straight run of plain instructions from pc (program.Compiler never puts a branch, barrier,
                     # exit or collective in one), run back to back: the same issues, one per instruction.
-                    fns = runs[pc]
-                    if fns is None:
-                        fns = runs[pc] = self._straight(pc)
+                    run = runs[pc]
+                    if run is None:
+                        run = runs[pc] = self._straight(pc)
+                    fns, segments = run
                     k = len(fns)
                     if k > stop - pc:
                         k = stop - pc
@@ -879,9 +886,24 @@ class Machine:
                     if k > 1:
                         i = 0
                         try:
-                            for fn in (fns if k == len(fns) else fns[:k]):
-                                fn(arg)
-                                i += 1
+                            if segments is not None:
+                                # its fused segments (fusion.py) where they lie wholly within the k instructions to
+                                # run and can run, else the closures
+                                for first, n, seg in segments:
+                                    if i + n > k:
+                                        n, seg = k - i, None
+                                        if n <= 0:
+                                            break
+                                    if seg is not None and seg.run(arg):
+                                        i += n
+                                        continue
+                                    for fn in fns[i:i + n]:
+                                        fn(arg)
+                                        i += 1
+                            else:
+                                for fn in (fns if k == len(fns) else fns[:k]):
+                                    fn(arg)
+                                    i += 1
                         except BaseException:
                             self.issued += i + 1
                             self._op = ops[pc + i]
@@ -971,7 +993,29 @@ class Machine:
                 break
             fns.append(op.fn)
             j += 1
-        return tuple(fns)
+        return tuple(fns), self._segments(pc, j)
+
+    def _segments(self, start, end):
+        """The fused segments (fusion.py) of the straight run ``start .. end - 1`` as (first, count, Segment or
+        None) in order; None where the run has none."""
+        if not self.fuse or end - start < fusion.MIN_SEGMENT:
+            return None
+        contracted = derived(self.kernel, "contractions", contractions) if self.contract else {}
+        plans = derived(self.kernel, "fusion_plans", lambda k: {})
+        key = (start, end, self.contract)
+        if key not in plans:
+            plans[key] = fusion.plan_run(self.kernel, contracted, start, end)
+        out = []
+        for first, n, plan in plans[key]:
+            if plan is not None and (plan.count * self.L > fusion.MAX_ELEMENTS
+                                     or any(self.ops[j].unsupported for j in range(first, first + n))):
+                plan = None
+            seg = fusion.Segment(self, self.compiler, plan) if plan is not None else None
+            if out and seg is None and out[-1][2] is None:
+                out[-1] = (out[-1][0], out[-1][1] + n, None)
+            else:
+                out.append((first, n, seg))
+        return out if any(seg is not None for _, _, seg in out) else None
 
     def _partial_collective(self, op, mask):
         present = self.warp_bits(mask)

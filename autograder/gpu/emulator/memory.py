@@ -275,8 +275,12 @@ class SharedMemory:
             stay = ~blocks
             if stay.any():
                 reads, self.reads, self.queued = self.reads, [], 0
+                touches: dict = {}  # id(slot) -> whether those lanes' blocks stay (reads share slot arrays)
                 for b, ep, key, pc, slot in reads:
-                    if stay[slot].any():
+                    t = touches.get(id(slot))
+                    if t is None:
+                        t = touches[id(slot)] = bool(stay[slot].any())
+                    if t:
                         self._record_read(b, ep, key, pc)
             else:
                 self.reads, self.queued = [], 0

@@ -56,6 +56,7 @@ class Op:
     ready: object = None  # COLLECTIVE: ready(mask) -> lanes whose warps may execute now
     member: object = None  # COLLECTIVE: getter of the member mask
     ins: Instruction | None = None
+    unsupported: bool = False  # the builder refused the form: the op reports it when reached
 
 
 BUILDERS: dict = {}
@@ -277,7 +278,7 @@ class Compiler:
             elif op.kind in (EXIT, BARRIER, COLLECTIVE) and ins.guard is not None:
                 raise Unsupported("predicated control instruction")
         except Unsupported as e:
-            op = Op(PLAIN, _unsupported(self.m, ins, str(e)), ins=ins)
+            op = Op(PLAIN, _unsupported(self.m, ins, str(e)), ins=ins, unsupported=True)
         return op
 
 
