@@ -133,10 +133,31 @@ def honest_class() -> dict:
     return {name: (make(), {}) for name, make in HONEST.items()}
 
 
-@pytest.fixture(scope="session")  # once per worker: xdist interleaves modules, which would rebuild a module fixture
+def once_per_run(tmp_path_factory, name: str, compute):
+    """``compute()`` (a JSON value) once for the whole test run, however many xdist workers ask: the first one
+    computes it under a file lock in the run's shared temporary folder, the others wait for it and read it."""
+    import fcntl
+    import json
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # popen-gwN/.. is the run's own
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / f"{name}.json"
+        if not done.exists():
+            done.write_text(json.dumps(compute()))
+        return json.loads(done.read_text())
+
+
+@pytest.fixture(scope="session")
 def clean(tmp_path_factory):
-    """The honest students alone, graded by `course autograde`: the grades every case must keep."""
-    folder = make_class(tmp_path_factory.mktemp("clean"), honest_class())
-    summary = parallel.autograde(folder, workers=2, progress=False)
-    assert not summary.failed, summary.text()
-    return grades(folder)
+    """The honest students alone, graded by `course autograde`: the grades every case must keep (once per test
+    run: the tests of tests/test_class_kills.py and tests/test_class_faults.py spread over the xdist workers)."""
+    def grade_the_honest_class():
+        folder = make_class(tmp_path_factory.mktemp("clean"), honest_class())
+        summary = parallel.autograde(folder, workers=2, progress=False)
+        assert not summary.failed, summary.text()
+        return grades(folder)
+
+    return once_per_run(tmp_path_factory, "clean-class-grades", grade_the_honest_class)

@@ -31,7 +31,7 @@ if _NVRTC_CACHE not in os.environ:
 #: browser): all of a file's tests go to one xdist worker, which builds the fixture once.  The other tests go
 #: one by one to whichever worker is free.  (pytest-xdist's own ``xdist_group`` marks stopped working with
 #: pytest 9.2, pytest-dev/pytest-xdist#1386: a group's tests went to both workers and each built the class.)
-ONE_WORKER_FILES = {"test_hardening_autograde.py", "test_class_faults.py", "test_class_kills.py", "test_parallel.py",
+ONE_WORKER_FILES = {"test_hardening_autograde.py", "test_class_faults.py", "test_parallel.py",
                     "test_sandbox_attacks.py", "test_browser.py", "test_hub.py"}
 
 

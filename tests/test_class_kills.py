@@ -3,8 +3,8 @@
 Classes of lesson 02 (tests/class_faults.py) are graded by `course autograde` with the main process, a worker or
 the whole run killed at many points, and compared cell by cell with a clean run of the honest students: after any
 kill, a plain re-run (no --force) gives exactly the clean run's grades, leaves no process and no scratch copy of
-the course behind, and nothing ungraded is shown as a zero.  Its tests share one worker (the clean run is built
-once), another than the tampering tests' (tests/test_class_faults.py): the two were the suite's longest file.
+the course behind, and nothing ungraded is shown as a zero.  Its tests spread over the xdist workers (a minute or
+more each); the clean run is built once per test run (class_faults.once_per_run).
 """
 from __future__ import annotations
 
