@@ -75,7 +75,8 @@ def _validate_and_course_check(lessons: list[str]) -> list[str]:
             seconds, last = _timed([str(bin_dir / "nbgrader"), "validate", f"{lesson}.ipynb"], folder)
             lines.append(f"Validate {lesson:<26} {seconds:7.1f} s  {last}")
             print(lines[-1], flush=True)
-        subprocess.run([str(bin_dir / "course"), "publish", f"{folder}/students"], capture_output=True, check=True, cwd=ROOT)
+        subprocess.run([str(bin_dir / "course"), "publish", f"{folder}/students", "--repository",
+                        "https://github.com/example-org/module07-students"], capture_output=True, check=True, cwd=ROOT)
         seconds, last = _timed([str(bin_dir / "course"), "check"], f"{folder}/students")
         lines.append(f"course check (students' repository, untouched notebooks) {seconds:7.1f} s  {last}")
         print(lines[-1], flush=True)
