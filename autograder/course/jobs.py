@@ -30,7 +30,6 @@ def autograde_command(lessons: list[str]) -> str:
 def merge_command(shards: int, lessons: list[str]) -> str:
     """Every shard's results recorded in the class gradebook (run in the class folder); fails if one failed, and
     exits no shell (it is also what an instructor types)."""
-    # The lessons right after the folder: argparse takes every positional before the first option.
     return (f'failed=; for k in $(seq 1 {shards}); do course merge "{RESULTS}/$k" '
             + shlex.join([*lessons, "--only-gpu"]) + ' || failed=1; done; test -z "$failed"')
 
