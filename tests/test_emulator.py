@@ -1338,6 +1338,20 @@ def test_mma_computes_the_product_and_needs_the_whole_warp():
         assert says in r.findings[0].message
 
 
+
+def test_exponents_read_from_the_bits_equal_frexps_for_every_tensor_core_format():
+    """ops_tensor._exponents_of_finite (the accumulation's fast path) against _exponents (frexp) on every finite f16
+    value, on bf16 / f32 extremes, subnormals, zeros of both signs, and on a transposed (strided) view."""
+    from autograder.gpu.emulator import ops_tensor
+
+    every_f16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float64)
+    every_f16 = every_f16[np.isfinite(every_f16)]
+    f32 = np.array([0.0, -0.0, 1e-45, -1e-45, 1.1754942e-38, 1.1754944e-38, 3.4028235e38, -3.4028235e38, 1.0, 0.75],
+                   dtype=np.float32).astype(np.float64)
+    bf16 = (np.array([2.0 ** -133, 2.0 ** 127 * 1.9921875, 2.0 ** -126], dtype=np.float64))
+    for values in (every_f16, f32, bf16, every_f16[:4096].reshape(64, 64).T):
+        assert np.array_equal(ops_tensor._exponents_of_finite(values), ops_tensor._exponents(values))
+
 LDMATRIX = r'''
 extern "C" __global__ void rows(const unsigned* src, const int* row, unsigned* out, int fill, int sync)
 {

@@ -149,6 +149,13 @@ def _exponents(x: np.ndarray) -> np.ndarray:
     return np.where(usable, np.frexp(np.where(usable, a, 1.0))[1] - 1.0, -np.inf)
 
 
+def _exponents_of_finite(x: np.ndarray) -> np.ndarray:
+    """:func:`_exponents` of finite float64 values that are zero or normal as float64 (every f16, bf16, tf32 and f32
+    value is, subnormals included): the exponent field, read directly (twice as fast as frexp)."""
+    field = ((x.view(np.uint64) >> np.uint64(52)) & np.uint64(0x7FF)).astype(np.float64)
+    return np.where(field > 0, field - 1023.0, -np.inf)
+
+
 def _products(A, B):
     """(warps, M, N, K) exact products, and each product's exponent taken as the sum of its operands'."""
     products = A[:, :, None, :] * np.swapaxes(B, 1, 2)[:, None, :, :]
@@ -169,8 +176,8 @@ def accumulate_f32(A, B, C):
     Ak = A.transpose(2, 0, 1)[:, :, :, None]  # (K, warps, M, 1)
     Bk = B.transpose(1, 0, 2)[:, :, None, :]  # (K, warps, 1, N)
     products = Ak * Bk  # (K, warps, M, N)
-    exponents = _exponents(Ak) + _exponents(Bk)
-    emax = np.maximum(exponents.max(axis=0), _exponents(C))
+    exponents = _exponents_of_finite(Ak) + _exponents_of_finite(Bk)
+    emax = np.maximum(exponents.max(axis=0), _exponents_of_finite(C))
     quantum = np.ldexp(1.0, np.where(np.isfinite(emax), emax, 0.0).astype(np.int64) - ALIGN_BITS)
     terms = np.divide(products, quantum, out=products)  # in place: trunc(products / quantum) * quantum
     np.trunc(terms, out=terms)
