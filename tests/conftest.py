@@ -7,13 +7,15 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/bank.py and tests/banks/
 
-# The NVRTC compile cache of the test session (autograder/gpu/nvrtc.py, cached_compile): the banks compile
-# the same unchanged reference kernels for three architectures in every entry.  Set here, before any test
-# module imports the package, so that this process, its check workers (their environment is this one's) and
-# the nbgrader runs of the tests (AUTOGRADER_* variables reach the OS sandbox too, where the folder is
-# read-only or hidden) all see it.  It lives in .pytest_cache/ (git-ignored, `make clean` removes it):
-# entries are named by the compiler, the options and the whole source, so one left from an earlier session
-# is exactly what a compile gives.  AUTOGRADER_NVRTC_CACHE= (empty) turns it off; another path moves it.
+# The NVRTC cache of the test session (autograder/gpu/nvrtc.py, cached_compile and ptx): the banks compile
+# the same unchanged reference kernels for three architectures in every entry, and the emulator's checks make
+# their PTX in every check's fresh process.  Set here, before any test module imports the package, so that this
+# process, its check workers (their environment is this one's) and the nbgrader runs of the tests (AUTOGRADER_*
+# variables reach the OS sandbox too, which shows the folder read-only: autograder/isolation/sandbox.py) all see
+# it; tests/nvrtc_prefill.py fills it with the reference kernels as a run of GPU lessons' tests starts
+# (start_nvrtc_prefill).  It lives in .pytest_cache/ (git-ignored, `make clean` removes it): entries are named by
+# the compiler, the options and the whole source, so one left from an earlier session is exactly what a compile
+# gives.  AUTOGRADER_NVRTC_CACHE= (empty) turns it off; another path moves it.
 _NVRTC_CACHE = "AUTOGRADER_NVRTC_CACHE"
 if _NVRTC_CACHE not in os.environ:
     _folder = Path(__file__).resolve().parent.parent / ".pytest_cache" / "nvrtc"
@@ -149,6 +151,31 @@ def pytest_collection_modifyitems(config, items):
     # The costliest first (cost_rank; a stable sort: file order within a rank): on 2 cores with 4 xdist workers a
     # long test that starts last leaves the other workers idle at the end.
     items.sort(key=cost_rank)
+    if any(lessons_of(item) & set(EMULATOR_HEAVY_LESSONS) and (item.get_closest_marker("e2e") or
+                                                              item.get_closest_marker("bank")) for item in items):
+        start_nvrtc_prefill()
+
+
+_PREFILL = []
+
+
+def start_nvrtc_prefill() -> None:
+    """The GPU lessons' reference kernels into the session's NVRTC cache, in the background (tests/nvrtc_prefill.py:
+    one per cache however many workers ask; the tests wait on an entry being made rather than compile it again)."""
+    import subprocess
+
+    folder = os.environ.get(_NVRTC_CACHE)
+    if folder and not _PREFILL:
+        _PREFILL.append(subprocess.Popen([sys.executable, str(Path(__file__).with_name("nvrtc_prefill.py")), folder],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL))
+
+
+def pytest_unconfigure(config):
+    for prefill in _PREFILL:
+        if prefill.poll() is None:
+            prefill.kill()
+        prefill.wait()
 
 
 @pytest.fixture(autouse=True)

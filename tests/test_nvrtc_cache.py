@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from autograder.checks.core import CheckFailed
 from autograder.gpu import nvrtc
+from autograder.isolation import sandbox
 
 pytestmark = pytest.mark.skipif(nvrtc._NVRTC is None, reason="NVRTC (cuda-bindings) is not installed")
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +68,7 @@ def test_a_damaged_entry_or_a_folder_it_cannot_write_just_compiles(cache, monkey
     assert timeless(nvrtc.cached_compile(GOOD, "sm_75")) == timeless(nvrtc.compile_source(GOOD, arch="sm_75"))
     monkeypatch.setattr(nvrtc, "_CACHE", str(cache / "gone"))  # in the OS sandbox: hidden, or read-only
     assert timeless(nvrtc.cached_compile(GOOD, "sm_75")) == timeless(nvrtc.compile_source(GOOD, arch="sm_75"))
-    assert sorted(p.name for p in cache.iterdir()) == [entry.name]
+    assert sorted(p.name for p in cache.iterdir() if p.suffix != ".lock") == [entry.name]
 
 
 def test_the_compile_check_goes_through_the_cache(cache):
@@ -105,3 +107,62 @@ def test_a_compile_check_in_a_worker_process_uses_the_cache(tmp_path, monkeypatc
     result = run_check("lesson06.scale_add_compiles", pack([source]), fork=fork)
     assert result.passed, result.message
     assert {p.stem for p in folder.glob("*.json")} == {nvrtc.cache_key(source, arch) for arch in nvrtc.ARCHS}
+
+
+@pytest.mark.parametrize("source", [GOOD, BAD], ids=["compiles", "fails"])
+def test_a_cached_ptx_is_what_nvrtc_gives_and_a_failure_says_the_same(cache, source):
+    """The emulator's PTX (nvrtc.ptx, -lineinfo) through the cache: the same text, or the same errors."""
+    def made(options=()):
+        try:
+            return nvrtc.ptx(source, options=options)
+        except CheckFailed as failure:
+            return f"CheckFailed: {failure}"
+
+    ok, text = nvrtc._ptx(source, "compute_75", "kernel.cu", ())
+    first = made()  # a miss: made and stored
+    assert first == (text if ok else f"CheckFailed: {nvrtc.format_errors(nvrtc._result(False, text, 'kernel.cu'), source)}")
+    assert made() == first  # a hit
+    assert (cache / (nvrtc.ptx_cache_key(source, "compute_75") + ".json")).exists()
+    assert nvrtc.ptx_cache_key(source, "compute_75", options=("-DBC=64",)) != nvrtc.ptx_cache_key(source, "compute_75")
+
+
+WAITS = """
+import sys
+from autograder.gpu import nvrtc
+nvrtc._CACHE, nvrtc._IDENTITY = sys.argv[1], nvrtc._compiler_identity()
+result = nvrtc.cached_compile(sys.argv[2], "sm_75")
+print(result.errors[0].message if result.errors else "compiled")
+"""
+
+
+def test_a_miss_waits_for_the_same_compilation_in_progress_and_reads_its_entry(cache):
+    """Two test workers needing the same kernel at once: the second waits on the first's lock, then reads."""
+    import fcntl
+    import time
+
+    key = nvrtc.cache_key(GOOD, "sm_75")
+    with open(cache / f"{key}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # "compiling"
+        waiting = subprocess.Popen([sys.executable, "-c", WAITS, str(cache), GOOD], cwd=ROOT, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(3)
+        assert waiting.poll() is None, waiting.communicate()
+        (cache / f"{key}.json").write_text(json.dumps({"ok": False, "log": "kernel.cu(1): error: from the first"}))
+    out, err = waiting.communicate(timeout=120)
+    assert out.strip() == "from the first", out + err  # had it not waited, it would have compiled GOOD itself
+
+
+@pytest.mark.skipif(not sandbox.available(), reason="no bubblewrap here (tests/test_sandbox.py says why)")
+def test_a_sandbox_given_the_cache_reads_it_and_cannot_write_it(cache, tmp_path):
+    """The test session's nbgrader runs: the cache folder comes back read-only inside the sandbox, wherever it is
+    (here under the hidden /tmp); the grader's environment outside the test session names no cache at all."""
+    (cache / "entry.json").write_text("{}")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    probe = (f"import os; print(sorted(os.listdir({str(cache)!r}))); "
+             f"open({str(cache / 'forged.json')!r}, 'w')")
+    argv = sandbox.command(sandbox.Sandbox(scratch=str(scratch)), [sys.executable, "-c", probe],
+                           env={"PATH": os.environ["PATH"], nvrtc.CACHE_ENV: str(cache)}, cwd=str(scratch))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert "['entry.json']" in done.stdout and "Read-only file system" in done.stderr, done.stdout + done.stderr
+    assert not (cache / "forged.json").exists()

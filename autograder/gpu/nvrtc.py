@@ -5,13 +5,14 @@ returns errors with line and column plus the register / shared-memory use that p
 :func:`compile_check` compiles for every architecture in :data:`ARCHS` (Colab's T4 is sm_75) and
 names the one an error belongs to, with a hint for the common ones.
 
-The compile check's compilations can be served from a cache (:data:`CACHE_ENV`), which only the test
-session turns on: see :func:`cached_compile` for why it is test-only and what makes it exact.
+The compile check's compilations and the emulator's PTX can be served from a cache (:data:`CACHE_ENV`),
+which only the test session turns on: see :func:`cached_compile` for why it is test-only and what makes it exact.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -20,6 +21,8 @@ import stat
 import tempfile
 
 from ..checks.core import CheckFailed, plural
+from ..isolation import sandbox
+from ..isolation.guard import audit as guard_audit
 
 #: The architectures the compile check targets: Colab's free T4 (Turing), the A100 (Ampere: cp.async,
 #: bf16 mma) and the H100 / H200 (Hopper).  Resources are reported for the first and the last.
@@ -137,17 +140,30 @@ def ptx(source: str, *, arch: str = "compute_75", filename: str = "kernel.cu", o
     """The PTX NVRTC makes of ``source`` for a virtual architecture (``compute_75``, ``compute_80``), with
     line info (``.loc`` lines name ``filename``'s lines): what the driver would JIT, and what the emulator
     runs.  ``options``: more NVRTC options, as ``cupy.RawKernel(options=...)`` takes them (``-DBC=64``).
-    A source that does not compile raises :class:`CheckFailed` with the compiler's errors."""
+    A source that does not compile raises :class:`CheckFailed` with the compiler's errors.  In the test session
+    served from its cache (:func:`cached_compile` says why that is test-only and exact)."""
+    if _CACHE is None:
+        ok, text = _ptx(source, arch, filename, options)
+    else:
+        entry = _cached(ptx_cache_key(source, arch, filename, options), lambda: dict(zip(("ok", "text"), _ptx(
+            source, arch, filename, options))), lambda e: type(e.get("ok")) is bool and type(e.get("text")) is str)
+        ok, text = entry["ok"], entry["text"]
+    if not ok:
+        raise CheckFailed(format_errors(_result(False, text, filename), source))
+    return text
+
+
+def _ptx(source: str, arch: str, filename: str, options: tuple) -> tuple[bool, str]:
+    """One NVRTC compilation to PTX: (True, the PTX) or (False, the log)."""
     with _program(source, filename) as (nvrtc, program):
         options = [f"-arch={arch}".encode(), b"-std=c++17", b"-lineinfo", *(str(o).encode() for o in options)]
         (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            compiled = _result(False, _program_log(nvrtc, program), filename)
-            raise CheckFailed(format_errors(compiled, source))
+            return False, _program_log(nvrtc, program)
         _, size = nvrtc.nvrtcGetPTXSize(program)
         text = bytearray(size)  # a buffer of its own, as in _program_log
         nvrtc.nvrtcGetPTX(program, text)
-    return bytes(text).rstrip(b"\x00").decode("utf-8")
+    return True, bytes(text).rstrip(b"\x00").decode("utf-8")
 
 
 def _result(ok: bool, log: str, filename: str) -> CompileResult:
@@ -157,7 +173,7 @@ def _result(ok: bool, log: str, filename: str) -> CompileResult:
 # --- the test session's compile cache --------------------------------------------------------
 
 #: The folder of the compile cache; set by the test session only (tests/conftest.py).
-CACHE_ENV = "AUTOGRADER_NVRTC_CACHE"
+CACHE_ENV = sandbox.NVRTC_CACHE_ENV
 
 
 def _cache_folder() -> str | None:
@@ -197,8 +213,65 @@ _IDENTITY = _compiler_identity() if _CACHE else None
 
 def cache_key(source: str, arch: str, filename: str = "kernel.cu") -> str:
     """The cache's name for one compilation: a SHA-256 of the compiler, the options and the whole source."""
-    text = json.dumps([_IDENTITY, arch, list(OPTIONS), filename, source], ensure_ascii=True)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+    return _key([_IDENTITY, arch, list(OPTIONS), filename, source])
+
+
+def ptx_cache_key(source: str, arch: str, filename: str = "kernel.cu", options: tuple = ()) -> str:
+    """The cache's name for one :func:`ptx`: the same, with the PTX options and the student's own."""
+    return _key([_IDENTITY, "ptx", arch, ["-std=c++17", "-lineinfo"], [str(o) for o in options], filename, source])
+
+
+def _key(parts: list) -> str:
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=True).encode("ascii")).hexdigest()
+
+
+def _cached(key: str, make, valid) -> dict:
+    """The entry ``key`` of the cache (its JSON object, when ``valid(entry)``), else ``make()``'s, stored.
+
+    A miss takes a lock of its own key first (``<key>.lock`` beside it): the test session's workers start
+    the same lessons at once, and one compiles while the others wait and read its entry.  Where the folder
+    cannot be written (the OS sandbox shows it read-only), or where the process's guard would refuse it,
+    nothing is stored: it waits for a compilation of the same key in
+    progress (a shared lock of an existing lock file), then reads the entry or compiles."""
+    path = os.path.join(_CACHE, key + ".json")
+
+    def stored():
+        try:
+            with open(path, encoding="utf-8") as handle:
+                entry = json.load(handle)
+            return entry if isinstance(entry, dict) and valid(entry) else None
+        except (OSError, ValueError):
+            return None
+
+    entry = stored()
+    if entry is not None:
+        return entry
+    writable = not guard_audit.refuses_writing(path)  # a worker's guard protecting the folder (a PTX made in a check)
+    try:
+        lock = open(path[:-len(".json")] + ".lock", "a" if writable else "r")
+    except OSError:
+        try:  # a read-only folder: wait for a compilation in progress all the same, if there is one
+            lock, writable = open(path[:-len(".json")] + ".lock"), False
+        except OSError:
+            return make()
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_SH if not writable else fcntl.LOCK_EX)  # released when closed
+        entry = stored()
+        if entry is not None or not writable:
+            return entry if entry is not None else make()
+        entry = make()
+        try:
+            fd, scratch = tempfile.mkstemp(dir=_CACHE, prefix=".entry-")
+        except OSError:
+            return entry
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(entry, handle)
+            os.replace(scratch, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(scratch)
+        return entry
 
 
 def cached_compile(source: str, arch: str = ARCH, filename: str = "kernel.cu") -> CompileResult:
@@ -216,33 +289,20 @@ def cached_compile(source: str, arch: str = ARCH, filename: str = "kernel.cu") -
     name is a SHA-256 over the NVRTC library and package versions, the architecture, the options, the
     file name and the whole source: a result is served only for exactly this source, never another
     submission's.  Entries are written whole (a new file renamed into place), a folder that cannot be
-    read or written (in the OS sandbox it is hidden or read-only) just means compiling, and the one way
-    to a wrong result — writing a forged entry into the folder — needs a folder that graded code can
-    write, which grading never gives: it never has the cache on.
+    read or written (in the OS sandbox of the test session's nbgrader runs it is read-only, elsewhere
+    hidden) just means compiling, and the one way to a wrong result — writing a forged entry into the
+    folder — needs a folder that graded code can write, which grading never gives: it never has the cache on.
     """
     if _CACHE is None:
         return compile_source(source, arch=arch, filename=filename)
-    path = os.path.join(_CACHE, cache_key(source, arch, filename) + ".json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            entry = json.load(handle)
-        if type(entry.get("ok")) is bool and type(entry.get("log")) is str:
-            return _result(entry["ok"], entry["log"], filename)
-    except (OSError, ValueError, AttributeError):
-        pass
-    ok, log = _compile(source, arch, filename)
-    try:
-        fd, scratch = tempfile.mkstemp(dir=_CACHE, prefix=".entry-")
-    except OSError:
-        return _result(ok, log, filename)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"ok": ok, "log": log}, handle)
-        os.replace(scratch, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.remove(scratch)
-    return _result(ok, log, filename)
+
+    def make():
+        ok, log = _compile(source, arch, filename)
+        return {"ok": ok, "log": log}
+
+    entry = _cached(cache_key(source, arch, filename), make,
+                    lambda e: type(e.get("ok")) is bool and type(e.get("log")) is str)
+    return _result(entry["ok"], entry["log"], filename)
 
 
 _DIAGNOSTIC = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?P<kind>error|catastrophic error|warning)"

@@ -124,6 +124,12 @@ def needed_paths() -> list[str]:
     return sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
 
 
+#: The variable naming the test session's NVRTC cache (autograder/gpu/nvrtc.py, ``cached_compile``; only
+#: tests/conftest.py sets it): where a sandbox is given it, its folder comes back read-only, so that the test
+#: session's nbgrader runs read the kernels the session compiled before and never write there.
+NVRTC_CACHE_ENV = "AUTOGRADER_NVRTC_CACHE"
+
+
 #: What a sandbox keeps of the environment it is given (names, or prefixes ending in "_"): the rest of the
 #: grader's environment (tokens, keys, paths into its home) never reaches student code.
 PASSED_ENVIRONMENT = ("PATH", "LANG", "LANGUAGE", "LC_", "TZ", "TERM", "HOME", "XDG_", "CUDA_", "CUPY_", "NVIDIA_",
@@ -150,7 +156,9 @@ def command(sandbox: Sandbox, argv: list[str], *, env: dict[str, str], cwd: str)
     for folder in sorted(hidden, key=len):  # outer folders first: an inner one is hidden inside it
         args += ["--tmpfs", folder] if folder != "/tmp" or _version() < (0, 9) else \
             ["--size", str(TMP_SIZE_BYTES), "--tmpfs", folder]
-    for path in needed_paths():  # back, read-only, where a hidden folder covered them (never a folder
+    cache = env.get(NVRTC_CACHE_ENV)
+    cache = [cache] if cache and os.path.isabs(cache) and os.path.isdir(cache) else []
+    for path in [*needed_paths(), *cache]:  # back, read-only, where a hidden folder covered them (never a folder
         covered = any(_inside(path, folder) for folder in hidden)  # that holds a hidden one)
         if covered and not any(_inside(folder, path) for folder in hidden):
             args += ["--ro-bind", os.path.realpath(path), path]

@@ -49,6 +49,12 @@ def _write_protected(path: str) -> bool:
     return _inside(path, _state["write_protected"]) and not _inside(path, _state["write_allowed"])
 
 
+def refuses_writing(path: str) -> bool:
+    """Whether the guard of this process would refuse opening ``path`` for writing now (to the grader's own code
+    too, once student code has run): what code that may run then asks before it writes."""
+    return _state["mode"] is not None and _restricted() and _write_protected(os.path.abspath(path))
+
+
 def _path(value) -> str | None:
     """Audit events carry paths already converted to str/bytes; nothing else is a path here."""
     if type(value) in (str, bytes):
