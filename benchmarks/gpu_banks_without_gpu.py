@@ -82,6 +82,8 @@ def main() -> int:
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, no GPU used",
               "command": "python benchmarks/gpu_banks_without_gpu.py " + " ".join(sys.argv[1:]),
               "entries": len(rows), "agree": sum(1 for r in rows if r.get("agrees")), "rows": rows}
+    if "rerun" in previous:  # notes on rows graded again by hand (date, what changed): kept with the rows
+        report["rerun"] = previous["rerun"]
     args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(f"\n{report['agree']} of {len(rows)} entries agree; {time.time() - started:.0f} s; wrote {args.out}")
     return 0

@@ -464,6 +464,23 @@ GPU_SPLITS = ({"B": 2, "Hq": 16, "Hkv": 8, "d": 128, "page_size": 16, "lengths":
                "num_splits": [1, 3]})
 
 
+#: On the PTX emulator (no GPU) a sequence longer than this runs at a quarter of its length, at least this long,
+#: plus its own partial last page (4096 -> 1024, 3000 -> 758 with pages of 16): the emulator executes every thread in
+#: turn, about a second per thousand tokens of one batch, and gpu_splits runs its case once per num_splits.
+EMULATOR_MIN_LENGTH = 256
+
+
+def emulator_sized(cases) -> list[dict]:
+    """The cases of gpu_splits and gpu_memory as the emulator runs them (:data:`EMULATOR_MIN_LENGTH`): the same
+    heads, pages, seeds and splits, shorter sequences."""
+    def shorter(length: int, page_size: int) -> int:
+        if length <= EMULATOR_MIN_LENGTH:
+            return length
+        return max(EMULATOR_MIN_LENGTH, length // 4) + length % page_size
+
+    return [{**c, "lengths": [shorter(n, c["page_size"]) for n in c["lengths"]]} for c in cases]
+
+
 def _to_host(got, inputs, num_splits, case: str, *, atol: float | None = None, rtol: float | None = None) -> np.ndarray:
     """gpu.to_host; a NaN in the result is still matched against the known mistakes (stale slots read...),
     by the tolerance the comparison will use."""
@@ -506,7 +523,8 @@ def gpu_equivalence(paged_decode_gpu, cases=GPU_VISIBLE):
     return f"{len(cases)} случаев (num_splits=None)"
 
 
-@gpu.gpu_check("lesson11.gpu_splits", points=1, title="GPU: результат не зависит от num_splits (1, 3, больше числа страниц)")
+@gpu.gpu_check("lesson11.gpu_splits", points=1, title="GPU: результат не зависит от num_splits (1, 3, больше числа страниц)",
+               emulator_cases=emulator_sized)
 def gpu_splits(paged_decode_gpu, cases=GPU_SPLITS):
     for c in cases:
         first = None
@@ -524,7 +542,8 @@ GPU_MEMORY_CASES = ({"B": 4, "Hq": 16, "Hkv": 8, "d": 128, "page_size": 16, "len
                      "seed": 17},)
 
 
-@gpu.gpu_check("lesson11.gpu_memory", points=1, title="GPU: нет непрерывной копии KV-кэша на устройстве")
+@gpu.gpu_check("lesson11.gpu_memory", points=1, title="GPU: нет непрерывной копии KV-кэша на устройстве",
+               emulator_cases=emulator_sized)  # a copy of the emulator's case (1024, 758, 1000, 17 tokens): 22 MiB
 def gpu_memory(paged_decode_gpu, cases=GPU_MEMORY_CASES):
     for c in cases:
         inputs = _inputs_of(c)
