@@ -2,13 +2,26 @@
 from __future__ import annotations
 
 import ast
+import os
 import textwrap
 
 import nbformat
 import numpy as np
+import pytest
 
 from autograder.course import grading
 from autograder.course import paths as course
+
+
+#: `make test-full` (COURSE_FULL_AUTOGRADE=1): the complete versions of what `make test` samples.
+FULL = os.environ.get("COURSE_FULL_AUTOGRADE") == "1"
+
+
+def full_only(what: str, sample: str):
+    """Mark a test that only `make test-full` runs (CI runs `make test`: its time budget): ``what`` it checks and
+    the ``sample`` of it that `make test` runs instead, both said in the skip reason."""
+    return pytest.mark.skipif(not FULL, reason=f"{what} runs in `make test-full` (COURSE_FULL_AUTOGRADE=1); "
+                                               f"`make test` runs {sample}")
 
 
 def student(source: str, name: str = "fused_rms_norm", **constants):

@@ -8,7 +8,6 @@ Also: generate_feedback and export run on the result (of lessons 02 and 11; ever
 in-process); `make test-full` (COURSE_FULL_AUTOGRADE=1) sends every entry through nbgrader.
 """
 import csv
-import os
 
 import nbformat
 import pytest
@@ -19,10 +18,9 @@ from autograder.course import grading, nbgrader_cli
 from autograder.gpu import runtime as gpu
 from autograder.checks.core import get_check
 from bank import Submission, banks, cell_id, grade_calls
-from helpers import without_demonstrations
+from helpers import FULL, without_demonstrations
 
 LESSONS = sorted(banks())
-FULL = os.environ.get("COURSE_FULL_AUTOGRADE") == "1"
 #: Where the rest of the instructor's pipeline (generate_feedback, export) runs on the graded course: a NumPy
 #: lesson and the lesson with a GPU part (7 s a lesson, the same nbgrader code for every one; `make test-full`: all).
 PIPELINE_LESSONS = {"02_fused_rmsnorm", "11_flash_decoding"}

@@ -24,6 +24,7 @@ from packaging.utils import canonicalize_name
 from autograder.course import paths as course
 
 from autograder.course import grading, nbgrader_cli
+from helpers import full_only
 
 LESSON = "02_fused_rmsnorm"
 PACKAGE = course.ROOT / "autograder"
@@ -49,6 +50,8 @@ def base_install(venv: Path) -> Path:
     return bin_dir
 
 
+@full_only("a plain `pip install .` into a fresh venv and a class graded with its `course` (three minutes of CI)",
+           "test_every_package_the_grader_imports_comes_with_the_base_dependencies, the same guard read statically")
 def test_the_course_command_works_after_a_plain_pip_install(tmp_path):
     bin_dir = base_install(tmp_path / "venv")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

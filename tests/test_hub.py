@@ -48,10 +48,9 @@ from autograder.course.hub import closed_to_others
 from autograder.nbgrader import cells
 from autograder.nbgrader.gradebook import open_gradebook
 from bank import banks
-from helpers import assert_feedback_hides_hidden_tests
+from helpers import assert_feedback_hides_hidden_tests, full_only
 
 LESSON = "02_fused_rmsnorm"
-FULL = os.environ.get("COURSE_FULL_AUTOGRADE") == "1"
 HUB_CONFIG = course.ROOT / "deploy" / "jupyterhub_config.py"
 PROXY = course.ROOT / "node_modules" / ".bin" / "configurable-http-proxy"
 #: The test's own course id (so its Unix groups and users never meet a real course's on the same machine).
@@ -314,9 +313,8 @@ def test_a_student_submits_and_the_instructor_grades_on_the_hub(released, tmp_pa
     print(f"hub sample: {time.monotonic() - hub.started:.0f} s from creating the users")
 
 
-@pytest.mark.skipif(not FULL, reason="the whole class on the hub (three students, feedback, a late submission, the "
-                                     "browser; about two minutes) runs in `make test-full` (COURSE_FULL_AUTOGRADE=1); "
-                                     "`make test` runs its sample, test_a_student_submits_and_the_instructor_grades_on_the_hub")
+@full_only("the whole class on the hub (three students, feedback, a late submission, the browser; about two minutes)",
+           "its sample, test_a_student_submits_and_the_instructor_grades_on_the_hub")
 def test_a_class_on_the_hub(released, tmp_path):
     """A right and a wrong answer, a late submission, feedback: does every student get their own grade (equal to
     `course grade`), the late one flagged, feedback without hidden tests, and the course's lab in the browser?"""
