@@ -4,8 +4,7 @@ One scratch course per lesson: generate_assignment, then autograde the reference
 untouched student notebook (whole), correct rewrites and known mistakes (without the lesson's
 demonstrations), and read nbgrader's gradebook.
 Also: generate_feedback and export run on the result (of lessons 02 and 11; every lesson's in `make test-full`).  `make test` grades a sample of each bank
-(the first correct rewrite and the first three mistakes; tests/test_banks.py checks every entry
-in-process); `make test-full` (COURSE_FULL_AUTOGRADE=1) sends every entry through nbgrader.
+(the first correct rewrite and the first mistake; tests/test_banks.py checks every entry in-process); `make test-full` (COURSE_FULL_AUTOGRADE=1) sends every entry through nbgrader.
 """
 import csv
 
@@ -31,7 +30,7 @@ def test_autograde_scores_every_submission_as_the_bank_says(lesson, tmp_path):
     bank = banks()[lesson]
     reference = grading.reference_answers(lesson)
     entries = [Submission("reference", {})] + (bank.CORRECT + bank.WRONG if FULL
-                                               else bank.CORRECT[:1] + bank.WRONG[:3])
+                                               else bank.CORRECT[:1] + bank.WRONG[:1])
     # The reference and the untouched notebook are graded whole, demonstrations and all, as students hand them
     # in; the bank entries without the demonstrations (a student may delete them: the verdicts are the same), which
     # are most of a notebook's grading time in some lessons (lesson 10's simulations) and not what they test.
