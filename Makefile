@@ -50,10 +50,12 @@ HUB_URL ?= http://:8000
 hub: $(VENV)/.installed $(NODE_MODULES)
 	"$(CURDIR)/$(BIN)/jupyterhub" -f "$(CURDIR)/deploy/jupyterhub_config.py" --JupyterHub.bind_url="$(HUB_URL)"
 
-# pytest-xdist workers: twice the 2 cores CI has, because the end-to-end tests spend much of their time waiting
-# on nbgrader's, the kernels' and the killed runs' subprocesses (make test on 2 cores, fresh clone: 1055 s with
-# -n 2, 890 s with -n 3, 834 s with -n 4, 2026-12-03/04); e.g. make test TEST_WORKERS=8 on a larger machine.
-TEST_WORKERS ?= 4
+# pytest-xdist workers: three times the 2 cores CI has, because the end-to-end tests spend part of their time
+# waiting on nbgrader's, the kernels' and the killed runs' subprocesses: with 6 both cores stay 99 % busy from the
+# first minute to the last (make test on 2 cores, fresh clone: 1055 s with -n 2, 890 s with -n 3, 834 s with -n 4,
+# 2026-12-03/04; 933 s with -n 4 and 802 s with -n 6 on 2026-12-04, with a test sample made smaller between the two);
+# e.g. make test TEST_WORKERS=12 on a larger machine.
+TEST_WORKERS ?= 6
 
 ## test: the whole test suite (what CI runs)
 test: $(VENV)/.installed $(NODE_MODULES)
