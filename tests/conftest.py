@@ -148,7 +148,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.bank)
         for n in sorted(lessons_of(item)):
             item.add_marker(pytest.mark.lesson(n=n))
-    # The costliest first (cost_rank; a stable sort: file order within a rank): on 2 cores with 4 xdist workers a
+    # The costliest first (cost_rank; a stable sort: file order within a rank): on 2 cores with 6 xdist workers a
     # long test that starts last leaves the other workers idle at the end.
     items.sort(key=cost_rank)
     if any(lessons_of(item) & set(EMULATOR_HEAVY_LESSONS) and (item.get_closest_marker("e2e") or
