@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))  # tests/bank.py and tests/banks/
 # (start_nvrtc_prefill).  It lives in .pytest_cache/ (git-ignored, `make clean` removes it): entries are named by
 # the compiler, the options and the whole source, so one left from an earlier session is exactly what a compile
 # gives.  AUTOGRADER_NVRTC_CACHE= (empty) turns it off; another path moves it.
-_NVRTC_CACHE = "AUTOGRADER_NVRTC_CACHE"
+from autograder.isolation.sandbox import NVRTC_CACHE_ENV as _NVRTC_CACHE  # noqa: E402  (reads no variable)
 if _NVRTC_CACHE not in os.environ:
     _folder = Path(__file__).resolve().parent.parent / ".pytest_cache" / "nvrtc"
     try:

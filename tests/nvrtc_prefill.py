@@ -65,7 +65,9 @@ def main(folder: str) -> int:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return 0  # another worker's prefill runs
-        os.environ["AUTOGRADER_NVRTC_CACHE"] = folder  # before the package is imported: nvrtc reads it then
+        from autograder.isolation.sandbox import NVRTC_CACHE_ENV
+
+        os.environ[NVRTC_CACHE_ENV] = folder  # before nvrtc is imported: it reads the variable then
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         prefill(LESSONS)
     return 0
