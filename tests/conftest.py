@@ -1,3 +1,4 @@
+import functools
 import os
 import re
 import sys
@@ -110,17 +111,27 @@ E2E_CALLS = {"grade_notebooks", "scores_of_reference_and_untouched", "nbgrader"}
 
 def calls_e2e(function) -> bool:
     """Whether ``function``'s own body calls one of :data:`E2E_CALLS` (by name or attribute)."""
+    code = getattr(function, "__code__", None)
+    return code is not None and code.co_firstlineno in _functions_calling_e2e(code.co_filename)
+
+
+@functools.cache
+def _functions_calling_e2e(filename: str) -> frozenset[int]:
+    """The first lines (of the decorators, as ``co_firstlineno`` counts them) of the functions in ``filename``
+    whose body calls one of :data:`E2E_CALLS`: each file parsed once, not once per collected test."""
     import ast
-    import inspect
-    import textwrap
 
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError, SyntaxError):
-        return False
-    return any(isinstance(node, ast.Call) and (getattr(node.func, "id", None) in E2E_CALLS
-                                               or getattr(node.func, "attr", None) in E2E_CALLS)
-               for node in ast.walk(tree))
+        tree = ast.parse(Path(filename).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    return frozenset(min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                     for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and any(isinstance(call, ast.Call) and (getattr(call.func, "id", None) in E2E_CALLS
+                                                             or getattr(call.func, "attr", None) in E2E_CALLS)
+                             for call in ast.walk(node)))
+
+
 #: Files whose parametrised tests are bank entries (marker ``bank``): in-process, and on the PTX emulator.
 BANK_FILES = {"test_banks.py", "test_emulator_banks.py"}
 #: Fixtures that build a course with nbgrader: a test that uses one is end to end.

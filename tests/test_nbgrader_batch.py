@@ -28,3 +28,16 @@ def test_a_failing_command_stops_the_batch(tmp_path):
         nbgrader_cli.nbgrader_batch([("generate_assignment", "no_such_lesson")], cwd=folder)
     nbgrader_cli.nbgrader_batch([("generate_assignment", "03_swiglu", "--force")], cwd=folder)
     assert course.student_notebook("03_swiglu", folder).exists()
+
+
+def test_a_process_of_the_grader_reads_notebooks_without_building_the_iri_grammar():
+    """autograder/__init__.py keeps jsonschema from importing rfc3987_syntax (a Lark grammar built at import: over a
+    second of every nbgrader process); nbformat still validates notebooks."""
+    import subprocess
+    import sys
+
+    probe = ("import autograder.course.autograde, nbformat, sys\n"
+             "nbformat.validate(nbformat.v4.new_notebook())\n"
+             "print(sorted(m for m in ('rfc3987_syntax', 'lark', 'nbgrader', 'jsonschema') if sys.modules.get(m)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["['jsonschema',", "'nbgrader']"], done.stdout + done.stderr

@@ -21,14 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-# nbformat imports jsonschema, which builds an IRI grammar from rfc3987_syntax at import: 1-2 s of
-# every `course` command.  Nothing here validates the "iri" formats it checks (nbformat and
-# nbgrader use no format checker), so it is not imported (autograder/nbgrader_batch.py does the same).
-sys.modules.setdefault("rfc3987_syntax", None)
+import nbformat  # quick: without rfc3987_syntax (autograder/__init__.py)
 
-import nbformat  # noqa: E402
-
-from . import paths as course  # noqa: E402
+from . import paths as course
 
 # Each command imports what it runs (release and grading bring nbgrader: 1.5 s), so `course X --help` is quick.
 

@@ -2,8 +2,8 @@
 
 ``course grade`` runs ``nbgrader generate_assignment`` and then ``nbgrader autograde`` in a
 scratch course.  As two ``nbgrader`` processes, each spent seconds importing nbgrader (jsonschema,
-which nbformat imports, builds an IRI grammar from ``rfc3987_syntax`` at import) before doing
-anything, and the first one started a third process, ``alembic heads``, to learn the gradebook
+which nbformat imports, builds an IRI grammar from ``rfc3987_syntax`` at import, which this package's
+``__init__`` prevents) before doing anything, and the first one started a third process, ``alembic heads``, to learn the gradebook
 schema version.  Here the commands run one after another through nbgrader's own command line
 (:class:`NbGraderApp`, the same config files, the same arguments), with the version read in this
 process from the same alembic scripts.  The first command that fails stops the batch; the exit
@@ -72,10 +72,7 @@ def _no_fsync() -> None:
 
 
 def main(commands: list[list[str]], scratch: bool = False) -> int:
-    # No nbgrader or notebook schema uses the "iri" formats that rfc3987_syntax checks; without
-    # it jsonschema imports in milliseconds instead of seconds.
-    sys.modules.setdefault("rfc3987_syntax", None)
-    import nbgrader.api
+    import nbgrader.api  # quick: without rfc3987_syntax (autograder/__init__.py)
 
     nbgrader.api.get_alembic_version = alembic_head
     if scratch:
