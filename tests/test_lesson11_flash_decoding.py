@@ -155,3 +155,30 @@ def test_autograde_without_gpu_gives_the_reference_full_marks_but_the_timed_cell
     assert scored["reference"] == {cell: points for cell, points in maxima.items() if cell != "test_lesson11_gpu_speed"}
     assert sum(scored["untouched"].values()) == 0
 
+
+
+REPORT_NVRTC = """
+def merge_partials(*args, **kwargs):
+    import os, resource, sys
+    nvrtc = sys.modules.get("autograder.gpu.nvrtc")
+    facts = {"warmed_up": nvrtc is not None and nvrtc.WARMED_UP[0],
+             "address space cap": resource.getrlimit(resource.RLIMIT_AS)[0]}
+    raise ValueError("FACTS" + repr(facts) + "FACTS")
+"""
+
+
+@pytest.mark.parametrize("fork", [None, False], ids=["forked", "new process"])
+def test_a_numpy_check_of_the_lesson_runs_where_nvrtc_never_compiled(fork):
+    """Lesson 11's NumPy checks share their module with the GPU checks, which import NVRTC.  NVRTC's first
+    compilation maps 13 GB of address space on a 16-core H200 host: in a NumPy check's worker (4 GiB cap) every
+    later allocation failed, and each NumPy check of the lesson was a grader fault on that machine
+    (benchmarks/gpu_grading_time.py, 2026-12-04).  The worker warms NVRTC up only for uncapped checks."""
+    import cloudpickle
+
+    from autograder.isolation.run import run_check
+    from helpers import reported_facts, student
+
+    result = run_check("lesson11.merge", [cloudpickle.dumps(student(REPORT_NVRTC, "merge_partials"))], fork=fork)
+    facts = reported_facts(result.message)
+    assert facts == {"warmed_up": False, "address space cap": 4 * 2**30}, facts
+

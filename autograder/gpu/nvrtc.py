@@ -309,8 +309,16 @@ _DIAGNOSTIC = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?P<kind>error|c
                          r": (?P<message>.*)$")
 
 
-def _warm_up_nvrtc() -> None:
-    """One tiny compilation at import, before student code: threads NVRTC keeps start here."""
+#: Whether :func:`warm_up` ran in this process (tests/test_lesson11_flash_decoding.py reads it from a NumPy check).
+WARMED_UP = [False]
+
+
+def warm_up() -> None:
+    """One tiny compilation before student code: the threads NVRTC keeps start here.  The worker calls it before a
+    check without an address-space cap runs (:func:`autograder.isolation.worker._prepare`), not at import: NVRTC's
+    first compilation maps its memory, 13 GB of address space on a 16-core H200 host (0.2 GB on a 2-core laptop),
+    more than the 4 GiB cap of a NumPy check that shares the module (lesson 11's)."""
+    WARMED_UP[0] = True
     if _NVRTC is not None:
         try:
             compile_source('extern "C" __global__ void autograder_nvrtc_warm_up() {}')
@@ -495,5 +503,3 @@ def compile_check(source, kernels: tuple[str, ...], *, what: str, archs: tuple[s
         reports.append(f"{arch}: " + (format_resources(own) if own else "расход регистров компилятор не сообщил"))
     return f"компилируется для {', '.join(archs)}.\n" + "\n".join(reports)
 
-
-_warm_up_nvrtc()

@@ -149,6 +149,8 @@ def _prepare(request: dict, reply_fd: int, nonce: str):
     check = get_check(request["check_id"])
     if check.before_payload is not None:  # e.g. a GPU check without a GPU: `cp` must unpickle as the stand-in
         check.before_payload()
+    if check.memory_limit_gib is None and "autograder.gpu.nvrtc" in sys.modules:  # a check that may compile CUDA
+        sys.modules["autograder.gpu.nvrtc"].warm_up()
     _line(reply_fd, nonce, STAGE + "check")
     guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB, request.get("max_processes"))
     guard.install(gpu=check.needs_gpu, secret_dirs=request.get("secret_dirs", ()),

@@ -1,0 +1,31 @@
+"""benchmarks/gpu_grading_time.py: its committed H200 tables re-print, and what it calls a sanitizer or a timed check
+is what the lessons register as one (the table's split is the one issue 30 reports)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_grading_time  # noqa: E402
+
+
+def test_the_committed_tables_reprint_with_every_lesson():
+    for path in sorted((ROOT / "benchmarks" / "results").glob("gpu_grading_time_h200*.json")):
+        report = json.loads(path.read_text(encoding="utf-8"))
+        shown = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_grading_time.py"), "--show", str(path)],
+                               capture_output=True, text=True, check=True).stdout
+        assert "NVIDIA H200" in shown and shown.count("\n") > 5, shown
+        for lesson in report["lessons"]:
+            assert lesson["lesson"] in shown
+
+
+def test_the_split_names_the_sanitizer_and_timed_checks():
+    from autograder.checks.core import get_check
+
+    assert gpu_grading_time.kind("lesson06.row_sums_sanitizer") == "sanitizer"
+    assert gpu_grading_time.kind("lesson06.scale_add_bounds") == "sanitizer"
+    assert gpu_grading_time.kind("lesson11.gpu_speed") == "timed" and get_check("lesson11.gpu_speed")
+    assert gpu_grading_time.kind("lesson07.speed") == "timed" and get_check("lesson07.speed")
+    assert gpu_grading_time.kind("lesson08.equivalence") == "other"
