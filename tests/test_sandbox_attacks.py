@@ -14,7 +14,7 @@ What must hold, for ``nbgrader autograde`` (serial) and ``course autograde --wor
 student's grades equal a clean run's, every attacker gets what its own (right) answers earn, the course
 folder (grading's own outputs aside) and the grader's home are byte for byte unchanged, no connection
 arrives, and no attacker's output shows anything it reached.  A control run of the same attacks with the
-sandbox off shows they are real: there they read the solutions, plant the startup file and phone home.
+sandbox off (`make test-full`) shows they are real: there they read the solutions, plant the startup file and phone home.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import pytest
 
 from autograder.course import grading, nbgrader_cli
 from autograder.isolation import sandbox
-from helpers import submission
+from helpers import full_only, submission
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux-only")]
 
@@ -328,6 +328,9 @@ def test_no_route_reaches_another_grade_the_course_or_the_graders_home(tmp_path,
 
 
 @pytest.mark.skipif(not sandbox.available(), reason="unreachable: see test_the_sandbox_is_available")
+@full_only("the control run of the attacks without the sandbox (it proves the attacks real; a class of 17, two "
+           "minutes of a loaded CI machine)", "test_no_route_reaches_another_grade_the_course_or_the_graders_home, "
+           "the same attacks stopped by the sandbox, serially and in parallel")
 def test_the_same_attacks_reach_everything_without_the_sandbox(tmp_path):
     """The control: with the sandbox off, the routes the guard does not see read the solutions, set another
     student's grades to 99, open the grader's descriptor of the gradebook for writing (without writing: that
