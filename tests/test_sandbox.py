@@ -67,7 +67,7 @@ def test_a_sandboxed_check_sees_neither_the_course_nor_the_home_nor_the_network(
     listener = __import__("socket").create_server(("127.0.0.1", 0))
     function = student(LOOK_AROUND, COURSE=str(course_dir), HOME=str(home), PORT=listener.getsockname()[1],
                        PACKAGE=os.path.dirname(isolation.__file__))
-    scratch = tempfile.mkdtemp(prefix="autograder-sandbox-")
+    scratch = tempfile.mkdtemp(prefix="autograder-sandbox-", dir=tmp_path)
     with isolation.sandboxed(sandbox.Sandbox(scratch=scratch, hidden=(str(course_dir),))):
         result = run_check("lesson02.equivalence", [cloudpickle.dumps(function)], fork=fork)
     facts = ast.literal_eval(result.message.split("FACTS")[1])
@@ -101,7 +101,7 @@ def test_a_gpu_check_in_the_sandbox_without_a_gpu_runs_on_the_emulator_or_says_i
     for emulator, payload, expected in (("1", on_emulator, "проверено на эмуляторе GPU"),
                                         ("0", emulator_off, "нужен GPU")):
         monkeypatch.setenv(runtime.EMULATOR_ENV, emulator)
-        with isolation.sandboxed(sandbox.Sandbox(scratch=tempfile.mkdtemp(prefix="autograder-sandbox-"))):
+        with isolation.sandboxed(sandbox.Sandbox(scratch=tempfile.mkdtemp(prefix="autograder-sandbox-", dir=tmp_path))):
             result = isolation.run_check("lesson06.scale_add", [payload])
         assert result.passed == (emulator == "1") and not result.grader_fault, result.message
         assert expected in result.message, result.message
@@ -134,12 +134,12 @@ def marked_processes(marker: str) -> list[int]:
 
 
 @needs_bwrap
-def test_what_a_forked_check_leaves_running_in_the_sandbox_dies_with_the_check():
+def test_what_a_forked_check_leaves_running_in_the_sandbox_dies_with_the_check(tmp_path):
     """A daemon in its own session (out of reach of the check's process group) is killed once the check ends,
     and a check that times out takes the whole sandbox with it; the next check runs."""
     marker = f"MARKER{os.getpid()}"
     function = student(LEAVES_A_DAEMON.replace("MARKER", marker))
-    scratch = tempfile.mkdtemp(prefix="autograder-sandbox-")
+    scratch = tempfile.mkdtemp(prefix="autograder-sandbox-", dir=tmp_path)
     with isolation.sandboxed(sandbox.Sandbox(scratch=scratch)):
         result = run_check("lesson02.zeros", [cloudpickle.dumps(function)])
         assert result.passed, result.message
