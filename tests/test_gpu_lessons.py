@@ -792,3 +792,19 @@ def test_solution_notebook_demos_run_top_to_bottom(lesson, monkeypatch):
     for cell in cells(source_path(lesson)):
         if cell["cell_type"] == "code" and not meta(cell).get("grade"):
             exec(compile(cell["source"], f"<{meta(cell).get('grade_id', 'cell')}>", "exec"), ns)
+
+
+def test_lesson11_numpy_checks_pass_the_reference_on_a_gpu_machine():
+    """Lesson 11 mixes NumPy checks (4 GiB address-space cap) with GPU checks in one module; the bank above runs only
+    the GPU part.  On a GPU machine the NumPy part must grade too: on a 16-core H200 host NVRTC's first compilation
+    at the module's import once mapped 13 GB and every NumPy check of the lesson was a grader fault
+    (benchmarks/results/gpu_grading_time.txt)."""
+    calls = [c for c in grade_calls(L11) if not GPU_PART[L11](c[0])]
+    assert calls, "lesson 11 has NumPy checks"
+    space = namespace(L11, {})
+    failed = {}
+    for check_id, names, cases in calls:
+        result = run(check_id, *[space[n] for n in names], cases=cases)
+        if not result.passed:
+            failed[check_id] = result.message[:300]
+    assert not failed, failed
