@@ -10,11 +10,11 @@ the exact course folder and the grader's home and tries to: read ``solutions/`` 
 beside the course, set another student's grades to 99, plant a startup file in the grader's ``~/.ipython``
 (which a later kernel would run), and phone home.
 
-What must hold, for ``nbgrader autograde`` (serial) and ``course autograde --workers 2`` alike: every honest
-student's grades equal a clean run's, every attacker gets what its own (right) answers earn, the course
-folder (grading's own outputs aside) and the grader's home are byte for byte unchanged, no connection
-arrives, and no attacker's output shows anything it reached.  A control run of the same attacks with the
-sandbox off (`make test-full`) shows they are real: there they read the solutions, plant the startup file and phone home.
+What must hold, for ``nbgrader autograde`` (serial: `make test-full`) and ``course autograde --workers 2`` alike:
+every honest student's grades equal a clean run's, every attacker gets what its own (right) answers earn, the course
+folder (grading's own outputs aside) and the grader's home are byte for byte unchanged, no connection arrives, and
+no attacker's output shows anything it reached. A control run of the same attacks with the sandbox off
+(`make test-full`) shows they are real: there they read the solutions, plant the startup file and phone home.
 """
 from __future__ import annotations
 
@@ -299,7 +299,12 @@ def grader_home(folder: Path) -> Path:
 
 
 @pytest.mark.skipif(not sandbox.available(), reason="unreachable: see test_the_sandbox_is_available")
-@pytest.mark.parametrize("how", ["serial", "parallel"])
+@pytest.mark.parametrize("how", [
+    pytest.param("serial", marks=full_only(
+        "the attacks through serial `nbgrader autograde` (the same sandbox around each kernel and check as in "
+        "`course autograde`, whose workers also grade students one after another; a minute of both CI cores)",
+        "its [parallel] case, and clean_grades: the honest class through serial nbgrader in the sandbox")),
+    "parallel"])
 def test_no_route_reaches_another_grade_the_course_or_the_graders_home(tmp_path, how, clean_grades):
     listener = Listener()
     home = grader_home(tmp_path)
