@@ -2,9 +2,9 @@
 
 ``course grade`` runs ``nbgrader generate_assignment`` and then ``nbgrader autograde`` in a
 scratch course.  As two ``nbgrader`` processes, each spent seconds importing nbgrader (jsonschema,
-which nbformat imports, builds an IRI grammar from ``rfc3987_syntax`` at import, which this package's
-``__init__`` prevents) before doing anything, and the first one started a third process, ``alembic heads``, to learn the gradebook
-schema version.  Here the commands run one after another through nbgrader's own command line
+which nbformat imports, built an IRI grammar at import: ``autograder/__init__.py`` stops that now)
+before doing anything, and the first one started a third process, ``alembic heads``, to learn the
+gradebook schema version.  Here the commands run one after another through nbgrader's own command line
 (:class:`NbGraderApp`, the same config files, the same arguments), with the version read in this
 process from the same alembic scripts.  The first command that fails stops the batch; the exit
 status is its own.  ``--scratch``: the course is a throwaway copy (``course grade``), so its
