@@ -31,12 +31,13 @@ LESSONS = {"06": "06_cuda_basics", "07": "07_cupy_rmsnorm", "08": "08_cupy_flash
 
 
 def kind(check_id: str) -> str:
-    tail = check_id.split(".", 1)[1]
-    if tail.endswith(("sanitizer", "_bounds")):
+    """"sanitizer" (the lessons name their compute-sanitizer checks ``*sanitizer`` or ``*_bounds``), "timed" (registered
+    ``gpu_check(..., timed=True)``) or "other"."""
+    from autograder.checks.core import get_check
+
+    if check_id.endswith(("sanitizer", "_bounds")):
         return "sanitizer"
-    if tail in ("speed", "gpu_speed"):
-        return "timed"
-    return "other"
+    return "timed" if getattr(get_check(check_id).function, "timed", False) else "other"
 
 
 def child(lesson: str) -> None:

@@ -26,6 +26,7 @@ def test_the_split_names_the_sanitizer_and_timed_checks():
 
     assert gpu_grading_time.kind("lesson06.row_sums_sanitizer") == "sanitizer"
     assert gpu_grading_time.kind("lesson06.scale_add_bounds") == "sanitizer"
-    assert gpu_grading_time.kind("lesson11.gpu_speed") == "timed" and get_check("lesson11.gpu_speed")
-    assert gpu_grading_time.kind("lesson07.speed") == "timed" and get_check("lesson07.speed")
-    assert gpu_grading_time.kind("lesson08.equivalence") == "other"
+    assert gpu_grading_time.kind("lesson11.gpu_speed") == "timed" and gpu_grading_time.kind("lesson07.speed") == "timed"
+    assert gpu_grading_time.kind("lesson08.equivalence") == "other" and gpu_grading_time.kind("lesson11.merge") == "other"
+    for check_id in ("lesson06.row_sums_sanitizer", "lesson06.scale_add_bounds", "lesson07.sanitizer"):
+        assert "memcheck" in get_check(check_id).title, check_id  # what the name says is what the check runs

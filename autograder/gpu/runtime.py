@@ -279,6 +279,7 @@ def gpu_check(check_id: str, *, points: float, title: str, timeout_s: float = 60
             return function(*args, **kwargs)
 
         run.on_emulator = emulator and not timed  # read by scores_without_gpu
+        run.timed = timed  # graded by its kernel's time (benchmarks/gpu_grading_time.py reads it)
         run.emulator_cases = emulator_cases
         return check(check_id, points=points, title=title, timeout_s=timeout_s, memory_limit_gib=None,
                      needs_gpu=True, before_payload=use_emulator_without_gpu)(run)
