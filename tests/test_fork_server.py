@@ -13,7 +13,7 @@ import time
 import cloudpickle
 import pytest
 
-from autograder.isolation import fork_server
+from autograder.isolation import fork_server, sandbox
 from autograder.isolation import run as isolation
 from autograder.isolation.run import run_check
 from helpers import reported_facts, student
@@ -110,3 +110,19 @@ def test_the_fork_server_can_be_switched_off(monkeypatch):
                    "    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w\n")
     assert run_check("lesson02.zeros", [cloudpickle.dumps(good)]).passed
     assert fork_server.SERVER.get("server") is before
+
+
+@pytest.mark.skipif(bool(sandbox.gpu_devices()), reason="this machine has a GPU: its GPU checks start new workers")
+def test_a_gpu_check_on_the_emulator_is_forked_like_a_cpu_check():
+    """Without an NVIDIA device a GPU check runs on the PTX emulator, a CPU program: it is forked by the same server
+    as the CPU checks (no interpreter start for each; the server never touches a GPU), and says where it ran."""
+    def wrapper(*args, **kwargs):
+        import os
+        raise ValueError(f"PARENT{os.getppid()}PARENT")
+
+    assert run_check("lesson02.equivalence", [cloudpickle.dumps(student(REPORT))]).passed is False
+    server = fork_server.SERVER["server"]
+    result = run_check("lesson07.equivalence", [cloudpickle.dumps(wrapper)])
+    assert not result.passed and "проверено на эмуляторе GPU" in result.message, result.message
+    assert f"PARENT{server.process.pid}PARENT" in result.message, "not forked by the CPU checks' server"
+    assert fork_server.SERVER["server"] is server

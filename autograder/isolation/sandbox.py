@@ -143,7 +143,8 @@ def passed_environment(env: dict[str, str]) -> dict[str, str]:
             if any(k == name or (name.endswith("_") and k.startswith(name)) for name in PASSED_ENVIRONMENT)}
 
 
-def _gpu_devices() -> list[str]:
+def gpu_devices() -> list[str]:
+    """This machine's NVIDIA device nodes (none: no GPU can be used here, GPU checks run on the emulator)."""
     return sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*"))
 
 
@@ -164,7 +165,7 @@ def command(sandbox: Sandbox, argv: list[str], *, env: dict[str, str], cwd: str)
             args += ["--ro-bind", os.path.realpath(path), path]
     args += ["--proc", "/proc", "--dev", "/dev"]
     if sandbox.gpu:
-        for device in _gpu_devices():
+        for device in gpu_devices():
             args += ["--dev-bind", device, device]
     args += ["--bind", sandbox.scratch, sandbox.scratch]
     if sandbox.submission and sandbox.submission_copy:
