@@ -181,7 +181,11 @@ def test_a_check_the_grader_could_not_run_leaves_the_submission_ungraded_not_zer
     """A check whose worker is lost before the student's code ran (seen once on a GPU machine:
     exit code 0, no verdict) gives no grade: the submissions are "сдана, не проверена" with the
     reason, nothing is a zero, and a plain re-run once the fault is gone gives the clean grades."""
-    folder = make_class(tmp_path, honest_class())
+    folder = make_class(tmp_path / "course", honest_class())
+    temporary = tmp_path / "tmp"  # the run's and its workers' temporary folders (TMPDIR), to look into after it
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setenv("AUTOGRADER_INJECT_WORKER_FAULT", "lesson02.memory")
     summary = parallel.autograde(folder, workers=2, progress=False)
     assert len(summary.failed) == len(HONEST), summary.text()
@@ -195,6 +199,9 @@ def test_a_check_the_grader_could_not_run_leaves_the_submission_ungraded_not_zer
     summary = parallel.autograde(folder, workers=2, progress=False)
     assert not summary.failed, summary.text()
     assert grades(folder) == clean
+    # the workers' checks copied their homes from the run's one template (in its scratch folder, gone with it):
+    # no worker built one of its own, and nothing of the runs is left
+    assert list(temporary.iterdir()) == [], list(temporary.iterdir())
 
 
 def test_without_a_gradebook_the_commands_say_what_creates_it(tmp_path, capsys):

@@ -25,7 +25,7 @@ import pytest
 from autograder.isolation import run as isolation
 from autograder.gpu import nvrtc
 from autograder.isolation import fork_server
-from autograder.isolation.home import HOME_VARIABLES, home_template
+from autograder.isolation.home import HOME_VARIABLES, home_template, use_home_template
 from autograder.isolation.run import run_check
 from autograder.notebook import run
 from helpers import reported_facts, student
@@ -216,3 +216,18 @@ def test_a_guard_refusal_of_the_graders_own_code_is_told_apart_from_the_students
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["grader"] and "solutions" in report["grader"], report
     assert report["student"] is None, report
+
+
+def test_a_template_given_by_another_process_is_used_as_it_is(tmp_path, monkeypatch):
+    """`course autograde` builds one home template for all its workers: a worker told to use it builds none."""
+    from autograder.isolation import home
+
+    monkeypatch.setattr(home, "_TEMPLATE", {})
+    given = tmp_path / "template"
+    (given / ".run").mkdir(parents=True)
+    use_home_template(str(given))
+    assert home_template() == str(given)
+    assert sorted(os.listdir(given)) == [".run"]  # nothing built into it
+    workers_home = tmp_path / "home"
+    assert home.private_home(str(workers_home))["HOME"] == str(workers_home)
+    assert sorted(os.listdir(workers_home)) == [".run"]

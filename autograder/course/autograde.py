@@ -49,6 +49,7 @@ from . import status as status_module
 from .status import pending
 from .folder import CourseFolder, Submission, find_submissions, require_gradebook, select_lessons, shard
 from .folder import load as load_course_folder
+from ..isolation.home import build_home_template, use_home_template
 from ..nbgrader import submission as submission_module
 from .record import (Outcome, Summary, keep_logs, last_error, record_graded, auto_scores, backup_sqlite,
                      changed_verdicts, record, recorded_scores, run_autograde)
@@ -77,12 +78,13 @@ def worker_config(course: CourseFolder, home: Path, sandbox: str = "required"):
     return config
 
 
-def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus, sandbox: str) -> None:
+def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus, sandbox: str, home_template: str) -> None:
     """Worker process: its own scratch course with a private copy of the gradebook snapshot.
 
     It dies with the main process (PR_SET_PDEATHSIG) and then removes the scratch folder, which
     holds a copy of the instructor's sources; Ctrl-C in the terminal is for the main process,
-    which stops the workers itself.
+    which stops the workers itself.  Its checks' homes are copies of ``home_template``, which the
+    main process built once for all workers in the scratch folder.
     """
     _die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGINT, lambda *_: None)  # a handler, not SIG_IGN: children get the default
@@ -90,6 +92,7 @@ def _start_worker(class_root: str, scratch: str, lessons: list[str], gpus, sandb
     if _parent_gone():
         _stop_worker(scratch)  # the parent died before PR_SET_PDEATHSIG was set
     _use_nbgrader_env()
+    use_home_template(home_template)
     if gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get())
     course = load_course_folder(class_root)
@@ -247,6 +250,7 @@ def _grade_all(course: CourseFolder, todo: list[Submission], summary: Summary, s
     _start_reaper(scratch)
     os.environ["COURSE_AUTOGRADE_PARENT"] = str(os.getpid())
     backup_sqlite(course.db_path, scratch / "gradebook.snapshot.db")
+    home_template = build_home_template(str(scratch / "home-template"))
     context = multiprocessing.get_context("spawn")
     waiting = list(todo)
     breaks: dict[Submission, int] = collections.Counter()
@@ -263,7 +267,7 @@ def _grade_all(course: CourseFolder, todo: list[Submission], summary: Summary, s
                         queue.put(gpus[index % len(gpus)])
                 pool = concurrent.futures.ProcessPoolExecutor(
                     summary.workers, mp_context=context, initializer=_start_worker,
-                    initargs=(str(course.root), str(scratch), sorted({s.lesson for s in todo}), queue, sandbox))
+                    initargs=(str(course.root), str(scratch), sorted({s.lesson for s in todo}), queue, sandbox, home_template))
                 running: dict = {}
                 broken = False
                 while (waiting or running) and not broken:

@@ -48,26 +48,40 @@ def private_home(folder: str) -> dict[str, str]:
     return home_variables(folder)
 
 
-_TEMPLATE: dict[str, tempfile.TemporaryDirectory] = {}
+_TEMPLATE: dict = {}
 _TEMPLATE_LOCK = threading.Lock()
 
 
+def build_home_template(folder: str) -> str:
+    """Make ``folder`` a home template: only what this machine's own software writes into an empty home —
+    matplotlib's font list, built here so that no check runs ``fc-list`` (a new process, which the guard refuses
+    once student code has run) or spends seconds on it.  Nothing in it comes from the grader's or the student's
+    home.  Half a second of CPU."""
+    os.makedirs(os.path.join(folder, ".run"), mode=0o700, exist_ok=True)
+    env = {**worker_environment(), **home_variables(folder)}
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([sys.executable, "-I", "-c", "import matplotlib.font_manager"], env=env, cwd=folder,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=120)
+    return folder
+
+
+def use_home_template(folder: str) -> None:
+    """This process's workers copy their homes from ``folder``, a template another process built
+    (:func:`build_home_template`) and removes: ``course autograde`` builds one in its scratch folder for all its
+    workers, instead of one in each."""
+    with _TEMPLATE_LOCK:
+        _TEMPLATE.update(owner=os.getpid(), folder=folder, keep=None)
+
+
 def home_template() -> str:
-    """A home made once per grading process, copied into every worker's: only what this machine's own
-    software writes into an empty home — matplotlib's font list, built here so that no check runs
-    ``fc-list`` (a new process, which the guard refuses once student code has run) or spends seconds on
-    it.  Nothing in it comes from the grader's or the student's home."""
+    """The home every worker's home is a copy of: the one given to :func:`use_home_template`, else one built once
+    per grading process in a temporary folder of its own."""
     with _TEMPLATE_LOCK:
         if _TEMPLATE.get("owner") != os.getpid():
-            folder = tempfile.TemporaryDirectory(prefix="autograder-home-template-", ignore_cleanup_errors=True)
-            os.makedirs(os.path.join(folder.name, ".run"), mode=0o700)
-            env = {**worker_environment(), **home_variables(folder.name)}
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                subprocess.run([sys.executable, "-I", "-c", "import matplotlib.font_manager"], env=env, cwd=folder.name,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               timeout=120)
-            _TEMPLATE.update(owner=os.getpid(), folder=folder)
-        return _TEMPLATE["folder"].name
+            keep = tempfile.TemporaryDirectory(prefix="autograder-home-template-", ignore_cleanup_errors=True)
+            _TEMPLATE.update(owner=os.getpid(), folder=build_home_template(keep.name), keep=keep)
+        return _TEMPLATE["folder"]
 
 
 def worker_environment(base: dict | None = None) -> dict[str, str]:
