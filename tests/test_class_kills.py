@@ -181,9 +181,10 @@ def test_a_check_the_grader_could_not_run_leaves_the_submission_ungraded_not_zer
     """A check whose worker is lost before the student's code ran (seen once on a GPU machine:
     exit code 0, no verdict) gives no grade: the submissions are "сдана, не проверена" with the
     reason, nothing is a zero, and a plain re-run once the fault is gone gives the clean grades."""
-    folder = make_class(tmp_path / "course", honest_class())
-    temporary = tmp_path / "tmp"  # the run's and its workers' temporary folders (TMPDIR), to look into after it
-    temporary.mkdir()
+    folder = make_class(tmp_path, honest_class())
+    # the run's and its workers' temporary folders (TMPDIR), to look into after it; short: the kernels' sockets
+    # are files there, and a socket's path has at most 107 bytes
+    temporary = Path(tempfile.mkdtemp(prefix="kills-"))
     monkeypatch.setenv("TMPDIR", str(temporary))
     monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setenv("AUTOGRADER_INJECT_WORKER_FAULT", "lesson02.memory")
@@ -202,6 +203,7 @@ def test_a_check_the_grader_could_not_run_leaves_the_submission_ungraded_not_zer
     # the workers' checks copied their homes from the run's one template (in its scratch folder, gone with it):
     # no worker built one of its own, and nothing of the runs is left
     assert list(temporary.iterdir()) == [], list(temporary.iterdir())
+    temporary.rmdir()
 
 
 def test_without_a_gradebook_the_commands_say_what_creates_it(tmp_path, capsys):
