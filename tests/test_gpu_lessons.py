@@ -808,3 +808,29 @@ def test_lesson11_numpy_checks_pass_the_reference_on_a_gpu_machine():
         if not result.passed:
             failed[check_id] = result.message[:300]
     assert not failed, failed
+
+
+def test_gpu_checks_are_forked_by_a_server_that_never_initialised_cuda():
+    """A GPU check starts as a fork of a fork server (a new worker spent 1.25 s before its first kernel on the H200,
+    benchmarks/results/gpu_grading_time.txt): the server imported CuPy and the lesson but never initialised CUDA, and
+    its children run the reference's kernels on the GPU, one after another, each with a CUDA context of its own."""
+    import cloudpickle
+
+    from autograder.isolation import fork_server
+
+    def reports_its_parent(*args, **kwargs):
+        import os
+        raise ValueError(f"PARENT{os.getppid()}PARENT")
+
+    result = run_check(EQ07, [cloudpickle.dumps(reports_its_parent)])
+    server = fork_server.SERVER["server"]  # no sandbox here: one server for every check
+    assert f"PARENT{server.process.pid}PARENT" in result.message, result.message
+    space = namespace(L07, {})
+    calls = [c for c in grade_calls(L07) if c[0] in (EQ07, TAILS07, NM07, MEM07)]
+    failed = {check_id: r.message[:300] for check_id, names, cases in calls
+              if not (r := run(check_id, *[space[n] for n in names], cases=cases)).passed}
+    assert not failed, failed
+    assert fork_server.SERVER["server"] is server and not server.dead()
+    maps = Path(f"/proc/{server.process.pid}/maps").read_text()
+    descriptors = [os.readlink(f"/proc/{server.process.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{server.process.pid}/fd")]
+    assert "/dev/nvidia" not in maps and not any(d.startswith("/dev/nvidia") for d in descriptors), "CUDA in the server"

@@ -107,6 +107,46 @@ def test_a_gpu_check_in_the_sandbox_without_a_gpu_runs_on_the_emulator_or_says_i
         assert expected in result.message, result.message
 
 
+@needs_bwrap
+def test_gpu_checks_in_a_sandbox_with_the_gpu_have_a_fork_server_of_their_own(tmp_path, monkeypatch):
+    """Where the machine has GPU device nodes, a GPU check's sandbox shows them and its worker is forked by a second
+    server living there; CPU checks keep theirs (a lesson that mixes them restarts neither), and the end of the
+    submission's sandbox stops both.  Here /dev/null stands in for the GPU's device node (the check itself then
+    runs on the emulator, as without a GPU)."""
+    from autograder.gpu import runtime
+    from autograder.isolation import fork_server
+
+    if runtime.gpu_status()[0]:
+        pytest.skip("this machine has a GPU: tests/test_gpu_lessons.py forks its checks")
+    monkeypatch.setattr(sandbox, "gpu_devices", lambda: ["/dev/null"])
+
+    def reports_its_parent(*args, **kwargs):
+        import os
+        raise ValueError(f"PARENT{os.getppid()}PARENT")
+
+    cpu_payload, gpu_payload = cloudpickle.dumps(student(REPORT_PARENT)), cloudpickle.dumps(reports_its_parent)
+    box = sandbox.Sandbox(scratch=tempfile.mkdtemp(prefix="autograder-sandbox-", dir=tmp_path))
+    with isolation.sandboxed(box):
+        seen = []
+        for check_id, payload in (("lesson02.equivalence", cpu_payload), ("lesson07.equivalence", gpu_payload),
+                                  ("lesson02.zeros", cpu_payload), ("lesson07.tails", gpu_payload)):
+            result = run_check(check_id, [payload])
+            assert not result.grader_fault and "PARENT2PARENT" in result.message, result.message  # forked: the
+            seen.append(dict(fork_server.SERVER))  # server is the second process of its sandbox (init is the first)
+        servers = seen[-1]
+        assert sorted(servers) == ["gpu", "server"] and servers["gpu"].sandbox.gpu and not servers["server"].sandbox.gpu
+        assert seen[0]["server"] is servers["server"] and seen[1]["gpu"] is servers["gpu"], "a server was restarted"
+        assert b"/dev/null" in Path(f"/proc/{servers['gpu'].process.pid}/cmdline").read_bytes()  # bubblewrap's
+    assert all(server.dead() for server in servers.values()) and not fork_server.SERVER
+
+
+REPORT_PARENT = """
+def fused_rms_norm(x, w, eps=1e-6):
+    import os
+    raise ValueError(f"PARENT{os.getppid()}PARENT")
+"""
+
+
 LEAVES_A_DAEMON = """
 def fused_rms_norm(x, w, eps=1e-6):
     import _posixsubprocess, os, sys

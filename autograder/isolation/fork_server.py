@@ -1,4 +1,4 @@
-"""The fork server: CPU checks start as forks of a process that has imported numpy and the grader once.
+"""The fork server: checks start as forks of a process that has imported numpy, CuPy and the grader once.
 
 ``python -I -m autograder.isolation.worker --serve`` (:func:`autograder.isolation.worker.serve`), started
 like a worker (same interpreter, flags and environment, its own session; in the submission's sandbox
@@ -6,6 +6,11 @@ when there is one), never reads a request or runs student code: for each order i
 becomes exactly the process a new worker would be.  This module is the grader's side: starting the
 server, ordering a fork, waiting for the child's end.  A server that dies is started again; a check it
 dropped is run again as a new worker (:mod:`autograder.isolation.run`).
+
+A process keeps up to two servers: one for CPU checks and, where a sandbox gives GPU checks the GPU's device
+nodes, one in that sandbox for GPU checks (a lesson that mixes them does not restart a server at each switch).
+A server never initialises CUDA (a child forked after that could not use the GPU): it only imports, and it
+refuses to fork once the driver's device files are mapped into it (:func:`autograder.isolation.worker.serve`).
 """
 from __future__ import annotations
 
@@ -34,13 +39,21 @@ class NoFork(Exception):
 
 
 SERVER_LOCK = threading.Lock()
-SERVER: dict = {}  # "server": the ForkServer of this process, if one was started
+#: The ForkServers of this process: "server" for CPU checks (and every check outside a sandbox), "gpu" for GPU
+#: checks in a sandbox with the GPU's device nodes (:func:`slot`).
+SERVER: dict = {}
+
+
+def slot(box) -> str:
+    """Which of this process's servers starts a check in sandbox ``box``."""
+    return "gpu" if box is not None and box.gpu else "server"
 
 
 def server_for(env: dict, box=None):
     """This process's fork server for workers with environment ``env`` in sandbox ``box`` (started on
     first use, again when either changed or the server died); None when none can be started."""
-    server = SERVER.get("server")
+    name = slot(box)
+    server = SERVER.get(name)
     if server is not None and (server.owner != os.getpid() or server.env != env or server.sandbox != box
                                or server.dead()):
         if server.owner == os.getpid():
@@ -48,18 +61,27 @@ def server_for(env: dict, box=None):
         server = None
     if server is None:
         try:
-            server = SERVER["server"] = ForkServer(env, box)
+            server = SERVER[name] = ForkServer(env, box)
         except OSError:
             return None
     return server
 
 
+def close_servers_of(box) -> None:
+    """Stop this process's servers that live in sandbox ``box`` (whichever of its GPU settings): its end."""
+    for server in list(SERVER.values()):
+        if server.owner == os.getpid() and server.sandbox is not None \
+                and server.sandbox.with_gpu(False) == box.with_gpu(False):
+            server.close()
+
+
 @atexit.register
 def stop() -> None:
-    """At exit the server gets end-of-file and ends; waiting for it keeps its time in this
+    """At exit the servers get end-of-file and end; waiting for them keeps their time in this
     process's accounting (``RUSAGE_CHILDREN``) and leaves no zombie."""
-    server = SERVER.get("server")
-    if server is not None and server.owner == os.getpid():
+    for server in list(SERVER.values()):
+        if server.owner != os.getpid():
+            continue
         with contextlib.suppress(OSError):
             server.control.close()
         try:
@@ -99,8 +121,9 @@ class ForkServer:
         with contextlib.suppress(Exception):
             self.process.wait(timeout=5)
         self.home.cleanup()
-        if SERVER.get("server") is self:
-            del SERVER["server"]
+        for name, server in list(SERVER.items()):
+            if server is self:
+                del SERVER[name]
 
     def message(self, timeout: float | None) -> dict:
         try:

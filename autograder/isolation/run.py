@@ -11,11 +11,13 @@ started like a worker on the first check): it has imported numpy and the grader 
 student code, and makes each child exactly the process a new worker would be (own session and
 process group, only the request pipe and the two output files open, a fresh scratch folder), so a
 check costs no interpreter start.  A server that dies is started again, a check it dropped is run
-again as a new worker.  GPU checks on a machine with a GPU, and every check when
-``AUTOGRADER_FORK_SERVER=0``, start a new worker as before (tests/test_fork_server.py compares the two):
-CUDA cannot be used in a process forked from one that used it, and the server is not to find out.
-Where the machine has no NVIDIA device, a GPU check runs on the PTX emulator, a CPU program, and is
-forked like any other (its set-up was about 0.4 of its 0.6 s on the emulator).
+again as a new worker.  GPU checks are forked too, by a server of their own in a sandbox with the GPU's
+device nodes, which imports CuPy but never initialises CUDA (a child forked after that could not use
+the GPU); each child initialises CUDA itself, as a new worker would (on the H200: 1.25 s of a new
+worker's start, 0.35 s of it after a fork).  Where the machine has no NVIDIA device a GPU check runs
+on the PTX emulator, a CPU program, in the CPU checks' server.  Checks under compute-sanitizer, and
+every check when ``AUTOGRADER_FORK_SERVER=0``, start a new worker (tests/test_fork_server.py compares
+the two).
 
 The worker's output goes to files, not pipes (a student printing gigabytes cannot fill the
 grader's memory), and only a reply line that starts with this run's nonce is believed.  When no
@@ -69,16 +71,15 @@ _SCOPE: dict = {"sandbox": None}
 def sandboxed(box: "sandbox_module.Sandbox | None"):
     """Checks started in this block run in ``box``, one submission's sandbox (None: no sandbox).
 
-    The fork server, if one was started for ``box``, lives in it and goes with it at the end.
+    The fork servers started for ``box`` live in it and go with it at the end.
     """
     previous, _SCOPE["sandbox"] = _SCOPE["sandbox"], box
     try:
         yield
     finally:
         _SCOPE["sandbox"] = previous
-        server = fork_server.SERVER.get("server")
-        if box is not None and server is not None and server.sandbox == box and server.owner == os.getpid():
-            server.close()
+        if box is not None:
+            fork_server.close_servers_of(box)
 
 
 class PayloadError(Exception):
@@ -130,8 +131,8 @@ def run_check(check_id: str, payloads: list[bytes], cases: list | None = None,
 
     ``secret_dirs`` (never readable by student code) and ``write_protected`` (never writable)
     add to the guard's defaults: this repository's solutions/, the package, the environment.
-    ``fork``: start the worker from the fork server (None: for CPU checks and GPU checks on the emulator,
-    unless ``AUTOGRADER_FORK_SERVER=0``) or as a new Python process (False).
+    ``fork``: start the worker from a fork server (None: unless ``AUTOGRADER_FORK_SERVER=0``) or as a
+    new Python process (False).
     ``launcher``: a program that starts the worker's command line (compute-sanitizer and its
     options): the worker is then a new process, and its parent is the launcher.
 
@@ -237,8 +238,7 @@ def wait_for_worker(process, request: bytes, timeout: float) -> None:
 
 def on_emulator_here(check) -> bool:
     """A GPU check on a machine without an NVIDIA device node: it can only run on the PTX emulator (or say
-    «нужен GPU»), so it needs no GPU in its sandbox and may be forked like a CPU check (no process of the
-    fork server's ever touches a GPU)."""
+    «нужен GPU»), so it needs no GPU in its sandbox and is forked by the CPU checks' server."""
     return check.needs_gpu and not sandbox_module.gpu_devices()
 
 
@@ -248,7 +248,7 @@ def _start(check, env: dict, home: dict, workdir: str, out, err, *, fork: bool |
     variables of its own home (a forked worker sets them itself: the server's environment is shared);
     ``box``: the sandbox it runs in (the fork server then runs there too)."""
     if fork is None:
-        fork = (not check.needs_gpu or on_emulator_here(check)) and os.environ.get("AUTOGRADER_FORK_SERVER", "1") != "0"
+        fork = os.environ.get("AUTOGRADER_FORK_SERVER", "1") != "0"
     if fork:
         worker = fork_server.start_forked(check.id, env, home, workdir, out, err, box)
         if worker is not None:

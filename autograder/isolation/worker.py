@@ -199,6 +199,8 @@ def serve(control_fd: int) -> None:
             get_check(order["check_id"])  # the lesson's module, imported before any fork
             if len(fds) != 3 or len(os.listdir("/proc/self/task")) != 1:
                 raise RuntimeError("no fork: descriptors missing or threads running")
+            if cuda_initialised():
+                raise RuntimeError("no fork: CUDA was initialised in the fork server")
         except Exception as error:  # noqa: BLE001 - the grader starts a plain worker instead
             for fd in fds:
                 os.close(fd)
@@ -218,6 +220,22 @@ def serve(control_fd: int) -> None:
         if sandboxed:
             _kill_the_rest()
         control.send(json.dumps({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def cuda_initialised() -> bool:
+    """Whether this process initialised CUDA: ``cuInit`` opens the driver's device files (``/dev/nvidiactl``,
+    ``/dev/nvidia0``, ``/dev/nvidia-uvm``) and maps some of them, and a child forked after that cannot use the
+    GPU.  Importing CuPy or NVRTC opens none of them."""
+    with open("/proc/self/maps", "rb") as maps:
+        if b"/dev/nvidia" in maps.read():
+            return True
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/nvidia"):
+                return True
+        except OSError:  # closed since the listing
+            continue
+    return False
 
 
 def _kill_the_rest() -> None:
