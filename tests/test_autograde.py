@@ -67,6 +67,13 @@ def test_autograde_scores_every_submission_as_the_bank_says(lesson, tmp_path):
     untouched = grades.get("untouched", ())
     if sum(g.score for g in untouched) != 0:
         problems.append(f"untouched notebook scored {grading.score_table(untouched)}")
+    if whole:  # the reference, demonstrations and all, ran without an error and wrote nothing to stderr (which
+        graded = nbformat.read(tmp_path / "autograded" / "reference" / lesson / f"{lesson}.ipynb", as_version=4)
+        for cell in graded.cells:  # scores 0 in a test cell under nbgrader, and tells a student of a problem)
+            for output in cell.get("outputs", []):
+                if output.output_type == "error" or (output.output_type == "stream" and output.name == "stderr"):
+                    problems.append(f"reference: {output.get('ename', 'stderr')} in the cell\n{cell.source[:300]}\n"
+                                    f"{output.get('evalue') or output.get('text', '')[:500]}")
     assert not problems, "\n".join(problems)
 
     # The rest of the instructor's pipeline runs on the same course.

@@ -9,6 +9,7 @@ from autograder.course import release
 from autograder.course.cli import notebooks_with_outputs
 from autograder.checks.core import get_check
 from autograder.nbgrader.cells import parse_grade_cell
+from helpers import full_only
 
 LESSONS = course.lessons()
 CPU_LESSONS = [lesson for lesson in LESSONS if not course.is_gpu_lesson(lesson)]
@@ -35,6 +36,9 @@ def test_graded_cells_only_call_grade_and_points_match_the_registry(lesson):
         assert cell.metadata.nbgrader.points == expected, cell.metadata.nbgrader.grade_id
 
 
+@full_only("the instructor's notebooks run without nbgrader (7 s of CI a lesson)",
+           "test_autograde.py::test_autograde_scores_every_submission_as_the_bank_says: each lesson's reference graded "
+           "whole through nbgrader, with full marks and no error or stderr output in any cell")
 @pytest.mark.parametrize("lesson", CPU_LESSONS)
 def test_solution_notebook_runs_top_to_bottom_with_every_check_passing(lesson):
     """Does the instructor's notebook (hidden tests included) run without a single error?"""
