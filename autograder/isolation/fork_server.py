@@ -10,7 +10,7 @@ dropped is run again as a new worker (:mod:`autograder.isolation.run`).
 A process keeps up to two servers: one for CPU checks and, where a sandbox gives GPU checks the GPU's device
 nodes, one in that sandbox for GPU checks (a lesson that mixes them does not restart a server at each switch).
 A server never initialises CUDA (a child forked after that could not use the GPU): it only imports, and it
-refuses to fork once the driver's device files are mapped into it (:func:`autograder.isolation.worker.serve`).
+refuses to fork once it has the driver's device files open or mapped (:func:`autograder.isolation.worker.serve`).
 """
 from __future__ import annotations
 

@@ -13,8 +13,9 @@ process group, only the request pipe and the two output files open, a fresh scra
 check costs no interpreter start.  A server that dies is started again, a check it dropped is run
 again as a new worker.  GPU checks are forked too, by a server of their own in a sandbox with the GPU's
 device nodes, which imports CuPy but never initialises CUDA (a child forked after that could not use
-the GPU); each child initialises CUDA itself, as a new worker would (on the H200: 1.25 s of a new
-worker's start, 0.35 s of it after a fork).  Where the machine has no NVIDIA device a GPU check runs
+the GPU); each child initialises CUDA itself, as a new worker would (on the H200 a new worker spent
+1.25 s before its first kernel, of which CUDA's initialisation, the context and the warm-ups are about
+0.3 s: benchmarks/results/gpu_grading_time.txt).  Where the machine has no NVIDIA device a GPU check runs
 on the PTX emulator, a CPU program, in the CPU checks' server.  Checks under compute-sanitizer, and
 every check when ``AUTOGRADER_FORK_SERVER=0``, start a new worker (tests/test_fork_server.py compares
 the two).
