@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from autograder.course import folder as course_folder, autograde as parallel, status
 from autograder.course import nbgrader_cli
@@ -217,3 +218,22 @@ def test_without_a_gradebook_the_commands_say_what_creates_it(tmp_path, capsys):
         assert cli.main([*command, "--course", str(tmp_path)]) == 2
         err = capsys.readouterr().err
         assert "нет gradebook.db" in err and "make release" in err and "работ: 1" in err, err
+
+
+def test_a_temporary_folder_too_deep_for_the_kernels_sockets_is_named_with_what_to_do(tmp_path, monkeypatch):
+    """The kernel's sockets are files in TMPDIR, and a socket's path has at most 107 bytes: in a deeper TMPDIR no
+    kernel could start.  Nothing is graded, nothing is a zero, and the reason says to set a short TMPDIR."""
+    from autograder.nbgrader.execute import GraderError, require_short_socket_paths
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    with pytest.raises(GraderError, match="export TMPDIR=/tmp"):
+        require_short_socket_paths(str(deep / "autograder-sandbox-12345678"))
+    require_short_socket_paths("/tmp/autograder-sandbox-12345678")
+    folder = make_class(tmp_path / "course", {"ref_a": (notebook(), {})})
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    summary = parallel.autograde(folder, workers=1, progress=False)
+    assert len(summary.failed) == 1 and "export TMPDIR=/tmp" in summary.text(), summary.text()
+    state = status.status(course_folder.load(folder), LESSON, "ref_a")
+    assert state.state is status.State.UNGRADED and "TMPDIR" in state.reason, state

@@ -114,6 +114,21 @@ class GraderError(RuntimeError):
     (``course status`` and the report say "сдана, не проверена" with this message)."""
 
 
+#: The longest path a Unix socket may have (``sun_path``: 108 bytes with the closing zero).  The kernel's ZeroMQ
+#: sockets are files in the submission's scratch folder (``ipc`` transport), which is in TMPDIR.
+SOCKET_PATH_MAX = 107
+
+
+def require_short_socket_paths(scratch: str) -> None:
+    """Raise :class:`GraderError` saying what to do when the kernel's sockets in ``scratch`` would have longer paths
+    than a socket may (a deep TMPDIR): otherwise the kernel fails to start with ZeroMQ's «File name too long»."""
+    longest = len(os.fsencode(os.path.join(scratch, "kernel-99999")))
+    if longest > SOCKET_PATH_MAX:
+        raise GraderError(f"временная папка проверки слишком глубоко: сокеты ядра Jupyter — файлы в ней, а путь сокета "
+                          f"не длиннее {SOCKET_PATH_MAX} байт (здесь {longest}: {scratch}). Задайте короткую временную "
+                          f"папку, например `export TMPDIR=/tmp`, и запустите проверку снова.")
+
+
 def verdict_outputs(results: list[CheckResult], hidden: list[bool] | None = None) -> list[NotebookNode]:
     """The cell outputs nbgrader scores: the report (text, with the verdicts as data in its
     metadata) and, when a check failed, an error (nbgrader scores the cell 0; otherwise full)."""
@@ -204,6 +219,8 @@ class IsolatedExecute(Execute):
         use_sandbox = require_sandbox(self.sandbox)
         scratch = tempfile.mkdtemp(prefix="autograder-sandbox-")
         try:
+            if os.name == "posix":
+                require_short_socket_paths(scratch)
             self._scratch = scratch
             self._kernel_start_dir = os.path.join(scratch, "start")
             os.mkdir(self._kernel_start_dir)
