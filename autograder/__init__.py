@@ -13,7 +13,9 @@ import sys
 # validates the "iri" formats it checks (nbformat and nbgrader use no format checker), so it is not imported: a
 # None in sys.modules makes ``import rfc3987_syntax`` fail, and jsonschema then leaves those two formats out.
 # Every process of the grader imports this package before nbformat (``python -m autograder...``, the pickled
-# functions of spawned workers, tests/conftest.py).
+# functions of spawned workers, tests/conftest.py).  For the others (JupyterLab, JupyterHub, the ``nbgrader``
+# command) pyproject.toml pins jsonschema below the version that imports it; where the package is installed
+# without its pins (Colab: --no-deps), this line is what keeps it out, of the grader's processes only.
 sys.modules.setdefault("rfc3987_syntax", None)
 
 

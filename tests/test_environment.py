@@ -1,5 +1,7 @@
 """Do environment.yml and pyproject.toml pin the same packages at the same versions?"""
 import re
+import subprocess
+import sys
 import tomllib
 
 import yaml
@@ -26,3 +28,12 @@ def test_environment_yml_and_pyproject_agree():
     python = next(d for d in environment["dependencies"] if isinstance(d, str) and d.startswith("python="))
     assert python == "python=3.11"
 
+
+
+def test_importing_nbformat_builds_no_grammar_parser():
+    """A process that imports nbformat before the autograder package (JupyterLab's server, JupyterHub, the nbgrader
+    command) imports jsonschema's format checkers: from 4.24 on they import rfc3987-syntax, whose Lark parser costs
+    1.5 CPU-s per process (pyproject.toml pins 4.23; autograder/__init__.py covers the grader's own processes)."""
+    done = subprocess.run([sys.executable, "-c", "import sys, nbformat; print('rfc3987_syntax' in sys.modules)"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False", "nbformat imported rfc3987_syntax: see jsonschema's pin in pyproject.toml"
