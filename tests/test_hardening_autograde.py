@@ -64,7 +64,9 @@ CLASS = {
             "import ctypes; ctypes.string_at(0)  # segfault",
             "import numpy as np; bomb = np.ones(16 * 2**30, dtype=np.uint8)  # bomb",
             "while True: pass  # hang",
-            "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)  # deaf\nwhile True: pass",
+            # deaf to the interrupt, asleep rather than spinning: the busy loop is "# hang"'s; a spin here would
+            # burn a CI core for its timeout and the restart's wait
+            "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN)  # deaf\nwhile True: time.sleep(1)",
             "import os, signal; os.kill(os.getppid(), signal.SIGKILL)  # parricide",
             "print('после всего', keep)  # after",
         ]},
