@@ -182,3 +182,24 @@ def test_a_numpy_check_of_the_lesson_runs_where_nvrtc_never_compiled(fork):
     facts = reported_facts(result.message)
     assert facts == {"warmed_up": False, "address space cap": 4 * 2**30}, facts
 
+
+
+def test_the_last_block_merge_candidate_matches_the_oracle_on_the_emulator():
+    """benchmarks/decode_variant_lastblock.py (issue 30's candidate, one launch) on the PTX emulator posing as a T4:
+    the float64 oracle's answer for every split count, stale NaN slots and G = 8 included, and no finding."""
+    from autograder.gpu import runtime
+
+    source = course.ROOT / "benchmarks" / "decode_variant_lastblock.py"
+    keys = ("B", "Hq", "Hkv", "d", "page_size", "lengths", "seed", "shared", "q_scale", "keys_away", "stale_nan")
+    cases = [c for c in GPU_VISIBLE if c["lengths"] in ([37, 16], [1, 10, 11])]
+    assert len(cases) == 2
+    with runtime.stand_in("T4") as cp:
+        ns = {"__name__": "decode_variant_lastblock"}
+        exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), ns)
+        for c in cases:
+            inputs = make_case(**{key: c[key] for key in keys if key in c})
+            for splits in (None, 1, 3, 50):
+                cp.reset()
+                got = cp.asnumpy(ns["paged_decode_gpu"](*(cp.asarray(a) for a in inputs), num_splits=splits))
+                assert np.allclose(got, oracle(*inputs, splits or 1), atol=2e-5), (c["lengths"], splits)
+                assert cp.findings() == [], (c["lengths"], splits, cp.findings())
