@@ -20,6 +20,7 @@ from autograder.course import paths as course
 from autograder.course import grading, nbgrader_cli
 from autograder.isolation import run as isolation, sandbox
 from autograder.isolation.run import run_check
+from helpers import submission
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_bwrap = pytest.mark.skipif(not sandbox.available(), reason="see tests/test_sandbox_attacks.py::"
@@ -222,7 +223,7 @@ def test_the_sandbox_command_hides_the_course_and_home_and_passes_no_stray_envir
 def class_course(tmp_path_factory):
     folder = tmp_path_factory.mktemp("refuse")
     root = nbgrader_cli.new_course(folder / "course", only=[LESSON])
-    grading.write_submissions(root, LESSON, {"s1": grading.fill_answers(LESSON, grading.reference_answers(LESSON))})
+    grading.write_submissions(root, LESSON, {"s1": submission(LESSON)})  # without the demonstrations: quicker
     nbgrader_cli.nbgrader_batch([("generate_assignment", LESSON, "--force")], cwd=root, scratch=True)
     return root
 
@@ -259,7 +260,7 @@ def test_course_grade_of_ones_own_notebook_goes_on_without_the_sandbox_with_one_
     import nbformat
 
     notebook = tmp_path / f"{LESSON}.ipynb"
-    nbformat.write(grading.fill_answers(LESSON, grading.reference_answers(LESSON)), notebook)
+    nbformat.write(submission(LESSON), notebook)  # the reference without its demonstrations: quicker
     done = subprocess.run([str(Path(sys.executable).parent / "course"), "grade", str(notebook)], cwd=tmp_path,
                           env=without_bwrap(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
