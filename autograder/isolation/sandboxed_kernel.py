@@ -22,6 +22,17 @@ from . import sandbox as sandbox_module
 from .home import home_variables, private_home, worker_environment
 
 
+#: The kernel's ZeroMQ sockets are files in a scratch folder (the ``ipc`` transport): ``kernel-<port>`` there.
+KERNEL_SOCKETS = "kernel"
+
+
+def use_ipc_sockets(manager, scratch: str) -> None:
+    """Make the kernel of ``manager`` talk over socket files in ``scratch`` (and keep its connection file there)."""
+    manager.transport = "ipc"
+    manager.ip = os.path.join(scratch, KERNEL_SOCKETS)
+    manager.connection_file = os.path.join(scratch, KERNEL_SOCKETS + ".json")
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """A kernel manager whose kernel runs in ``self.sandbox`` (set by :func:`configure` before start)."""
 
@@ -29,9 +40,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def configure(self, sandbox: sandbox_module.Sandbox) -> None:
         self.sandbox = sandbox
-        self.transport = "ipc"
-        self.ip = os.path.join(sandbox.scratch, "kernel")
-        self.connection_file = os.path.join(sandbox.scratch, "kernel.json")
+        use_ipc_sockets(self, sandbox.scratch)
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         argv = super().format_kernel_cmd(extra_arguments)

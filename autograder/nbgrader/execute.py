@@ -38,6 +38,7 @@ from ..checks import verdicts as verdicts_module
 from .cells import GradeCall, is_test_cell, parse_grade_cell
 from ..checks.core import CheckResult, get_check, is_bonus, shorten, skipped_bonus, skipped_bonus_line
 from ..isolation.run import run_check
+from ..isolation.sandboxed_kernel import KERNEL_SOCKETS, SandboxedKernelManager, use_ipc_sockets
 from ..gpu.runtime import EMULATOR_ENV
 from ..notebook import STRICT_ENV
 
@@ -122,7 +123,7 @@ SOCKET_PATH_MAX = 107
 def require_short_socket_paths(scratch: str) -> None:
     """Raise :class:`GraderError` saying what to do when the kernel's sockets in ``scratch`` would have longer paths
     than a socket may (a deep TMPDIR): otherwise the kernel fails to start with ZeroMQ's «File name too long»."""
-    longest = len(os.fsencode(os.path.join(scratch, "kernel-99999")))
+    longest = len(os.fsencode(os.path.join(scratch, f"{KERNEL_SOCKETS}-99999")))  # ZeroMQ adds "-<port>"
     if longest > SOCKET_PATH_MAX:
         raise GraderError(f"временная папка проверки слишком глубоко: сокеты ядра Jupyter — файлы в ней, а путь сокета "
                           f"не длиннее {SOCKET_PATH_MAX} байт (здесь {longest}: {scratch}). Задайте короткую временную "
@@ -247,8 +248,6 @@ class IsolatedExecute(Execute):
 
     def create_kernel_manager(self):
         if self._box is not None:
-            from ..isolation.sandboxed_kernel import SandboxedKernelManager
-
             self.kernel_manager_class = SandboxedKernelManager
         km = super().create_kernel_manager()
         if self._box is not None:
@@ -257,9 +256,7 @@ class IsolatedExecute(Execute):
             # Without the sandbox (`course check`, `course grade` without bubblewrap) too: ZeroMQ sockets as files
             # in the scratch folder, not TCP on the loopback, which ipykernel (7+) warns about in English on the
             # terminal at every kernel start («Kernel is running over TCP without encryption»).
-            km.transport = "ipc"
-            km.ip = os.path.join(self._scratch, "kernel")
-            km.connection_file = os.path.join(self._scratch, "kernel.json")
+            use_ipc_sockets(km, self._scratch)
         return km
 
     def _preprocess(self, nb, resources, km):
