@@ -49,6 +49,7 @@ def lesson_namespace(source: Path | None) -> dict:
     """The reference answers of the lesson (kernel and wrapper), read from the solution notebook as JSON."""
     ns = {"np": np, "cp": cp, "math": math, "__name__": "decode_bench"}
     if source is not None:
+        ns["__file__"] = str(source.resolve())
         exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), ns)
         return ns
     nb = json.loads((ROOT / "solutions" / LESSON / f"{LESSON}.ipynb").read_text(encoding="utf-8"))

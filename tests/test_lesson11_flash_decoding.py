@@ -194,7 +194,7 @@ def test_the_last_block_merge_candidate_matches_the_oracle_on_the_emulator():
     cases = [c for c in GPU_VISIBLE if c["lengths"] in ([37, 16], [1, 10, 11])]
     assert len(cases) == 2
     with runtime.stand_in("T4") as cp:
-        ns = {"__name__": "decode_variant_lastblock"}
+        ns = {"__name__": "decode_variant_lastblock", "__file__": str(source)}
         exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), ns)
         for c in cases:
             inputs = make_case(**{key: c[key] for key in keys if key in c})
