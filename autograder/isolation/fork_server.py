@@ -22,11 +22,10 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-from . import sandbox as sandbox_module
+from . import leftovers, sandbox as sandbox_module
 from .home import private_home
 
 
@@ -98,8 +97,7 @@ class ForkServer:
         self.env, self.owner, self.sandbox = dict(env), os.getpid(), box
         # The server imports numpy and the grader with an empty home of its own (matplotlib, for one,
         # reads its settings at import); each child then points the variables at its check's home.
-        self.home = tempfile.TemporaryDirectory(prefix="autograder-server-", ignore_cleanup_errors=True,
-                                                dir=box.scratch if box is not None else None)
+        self.home = leftovers.OwnedFolder(leftovers.SERVER_HOME, dir=box.scratch if box is not None else None)
         server_env = {**env, **private_home(self.home.name)}
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:

@@ -11,8 +11,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
+
+from . import leftovers
 
 #: Environment of the worker: one BLAS thread (deterministic, small address space).
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -79,7 +80,7 @@ def home_template() -> str:
     per grading process in a temporary folder of its own."""
     with _TEMPLATE_LOCK:
         if _TEMPLATE.get("owner") != os.getpid():
-            keep = tempfile.TemporaryDirectory(prefix="autograder-home-template-", ignore_cleanup_errors=True)
+            keep = leftovers.OwnedFolder(leftovers.HOME_TEMPLATE)
             _TEMPLATE.update(owner=os.getpid(), folder=build_home_template(keep.name), keep=keep)
         return _TEMPLATE["folder"]
 

@@ -32,7 +32,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer, List, Unicode
 
-from ..isolation import run as isolation
+from ..isolation import leftovers, run as isolation
 from ..isolation import sandbox as sandbox_module
 from ..checks import verdicts as verdicts_module
 from .cells import GradeCall, is_test_cell, parse_grade_cell
@@ -118,6 +118,16 @@ class GraderError(RuntimeError):
 #: The longest path a Unix socket may have (``sun_path``: 108 bytes with the closing zero).  The kernel's ZeroMQ
 #: sockets are files in the submission's scratch folder (``ipc`` transport), which is in TMPDIR.
 SOCKET_PATH_MAX = 107
+
+
+_SWEPT: list[bool] = []
+
+
+def _remove_abandoned_once() -> None:
+    """Once per grading process: the folders graders killed before left in TMPDIR (:mod:`..isolation.leftovers`)."""
+    if not _SWEPT:
+        _SWEPT.append(True)
+        leftovers.remove_abandoned()
 
 
 def require_short_socket_paths(scratch: str) -> None:
@@ -218,7 +228,9 @@ class IsolatedExecute(Execute):
         # nothing and shadows nothing (guard.install_kernel).
         self._submission_dir = os.path.abspath((resources or {}).get("metadata", {}).get("path") or os.getcwd())
         use_sandbox = require_sandbox(self.sandbox)
-        scratch = tempfile.mkdtemp(prefix="autograder-sandbox-")
+        _remove_abandoned_once()
+        owned = leftovers.OwnedFolder(leftovers.SANDBOX_SCRATCH)
+        scratch = owned.name
         try:
             if os.name == "posix":
                 require_short_socket_paths(scratch)
@@ -233,7 +245,7 @@ class IsolatedExecute(Execute):
             with isolation.sandboxed(checks_box):
                 return self._preprocess(nb, resources, km)
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            owned.cleanup()
 
     def _make_sandbox(self, nb, scratch: str) -> "sandbox_module.Sandbox":
         """This submission's sandbox: the course (nbgrader runs from its root) and the folders the config
