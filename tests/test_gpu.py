@@ -286,16 +286,19 @@ RMS_INPUTS = "autograder.lessons.lesson07.checks:sanitizer_inputs"
 @pytest.mark.skipif(gpu.gpu_status()[0], reason="checks what a machine without a GPU answers")
 def test_sanitizer_runs_a_worker_through_the_workers_protocol(tmp_path, monkeypatch):
     """Without a GPU: the stand-in tool starts the worker (python -I -m autograder.isolation.worker) with the
-    padding for memcheck only, and the worker's nonce-signed verdict comes back (here: no GPU)."""
+    padding for memcheck only, and the worker's nonce-signed verdict comes back (here: no GPU).  memcheck and
+    racecheck start side by side; memcheck's verdict is the one read first."""
     from autograder.gpu import sanitizer
 
     fake, calls = fake_sanitizer(tmp_path, summary="========= ERROR SUMMARY: 0 errors")
     monkeypatch.setattr(sanitizer, "_SANITIZER", fake)
-    with pytest.raises(CheckFailed, match="запуск под compute-sanitizer не удался: нужен GPU"):
+    with pytest.raises(CheckFailed, match="запуск под compute-sanitizer --tool memcheck не удался: нужен GPU"):
         sanitizer.sanitizer_check(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, "T=1", races=True)
-    (memcheck,) = calls.read_text().splitlines()
+    (memcheck,) = [line for line in calls.read_text().splitlines() if "--tool memcheck" in line]
+    (racecheck,) = [line for line in calls.read_text().splitlines() if "--tool racecheck" in line]
     assert f"--tool memcheck --padding {sanitizer.SANITIZER_PADDING_BYTES}" in memcheck
     assert memcheck.endswith("-I -m autograder.isolation.worker")
+    assert "--padding" not in racecheck and racecheck.endswith("-I -m autograder.isolation.worker")
     monkeypatch.setattr(sanitizer, "_SANITIZER", fake_sanitizer(tmp_path, summary="")[0])
     with pytest.raises(CheckFailed, match="нужен GPU"):
         sanitizer.sanitize(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, tool="racecheck")
@@ -309,6 +312,24 @@ def test_sanitizer_errors_in_the_log_are_the_verdict(tmp_path, monkeypatch):
     monkeypatch.setattr(sanitizer, "_SANITIZER", fake)
     with pytest.raises(CheckFailed, match="memcheck нашёл обращения за пределы массивов: 3 ошибок"):
         sanitizer.sanitizer_check(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, "T=1", races=False)
+
+
+def test_memchecks_findings_come_first_when_both_tools_find_faults(tmp_path, monkeypatch):
+    """The two tools run side by side, but the verdict reads memcheck's report first, as when they ran in turn."""
+    from autograder.gpu import sanitizer
+
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text("#!/bin/sh\n"
+                    "tool=$2\n"
+                    "while [ \"$1\" != --log-file ]; do shift; done\n"
+                    "if [ \"$tool\" = memcheck ]; then echo '========= ERROR SUMMARY: 2 errors' > \"$2\"; "
+                    "else echo '========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)' > \"$2\"; fi\n"
+                    "shift 4\n"
+                    'exec "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(sanitizer, "_SANITIZER", str(fake))
+    with pytest.raises(CheckFailed, match="memcheck нашёл обращения за пределы массивов: 2 ошибок"):
+        sanitizer.sanitizer_check(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, "T=1", races=True)
 
 
 def test_a_sanitizer_run_lost_before_the_students_code_is_a_grader_fault(tmp_path, monkeypatch):

@@ -426,3 +426,39 @@ def test_a_grader_started_with_sigchld_ignored_still_reads_exit_statuses():
             "subprocess.run([sys.executable, '-c', 'raise SystemExit(3)']).returncode)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["True", "3"], done.stdout + done.stderr
+
+
+def test_only_the_graders_own_threads_may_start_its_programs_after_student_code():
+    """A thread is student code unless the grader marked it as its own (``guard.grader_thread``): after student
+    code ran, a plain thread is refused even a grader program (compute-sanitizer, here ``true``), a grader thread
+    may start it, and once its block ends the same thread is refused again."""
+    code = textwrap.dedent("""
+        import shutil, subprocess, threading
+        from autograder.isolation import guard
+        true = shutil.which("true")
+        guard.allow_grader_program(true)
+        guard.install()
+        with guard.student_code():
+            pass
+        said = []
+        def start(marked):
+            try:
+                if marked:
+                    with guard.grader_thread():
+                        subprocess.run([true], check=True)
+                else:
+                    subprocess.run([true], check=True)
+                said.append("ran")
+            except PermissionError:
+                said.append("refused")
+        def marked_then_plain():
+            start(True)
+            start(False)
+        for target in (lambda: start(False), marked_then_plain):
+            thread = threading.Thread(target=target)
+            thread.start()
+            thread.join()
+        print(" ".join(said))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["refused", "ran", "refused"], done.stdout + done.stderr

@@ -3,11 +3,12 @@
 :func:`sanitize` runs ``function(*inputs(**case))`` under the tool, in a worker process started
 through the worker's protocol (:func:`run_once` is that worker's check);
 :func:`sanitizer_check` is what a lesson's check calls (:func:`sanitizer_verdict`: over its cases):
-memcheck (with padding after every allocation), then racecheck, each failure a message with the
+memcheck (with padding after every allocation) and racecheck side by side, each failure a message with the
 tool's findings and a hint.  Where the tool is missing, the check fails and says how it scores, never passes silently.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import re
@@ -87,7 +88,7 @@ def sanitize(function, inputs: str, case: dict, *, tool: str = "racecheck", time
         if result.message.startswith("Проверка прервана"):  # the worker's timeout
             raise CheckFailed(f"запуск под compute-sanitizer не завершился за {timeout_s:g} с "
                               "(ядро не завершается?).")
-        raise CheckFailed(f"запуск под compute-sanitizer не удался: {result.message}")
+        raise CheckFailed(f"запуск под compute-sanitizer --tool {tool} не удался: {result.message}")
     if not summaries:
         raise CheckFailed("compute-sanitizer не выдал итогов проверки:\n" + shorten(log[-600:], 600))
     return SanitizerReport(errors, warnings, log, 0 if result.passed else 1)
@@ -115,18 +116,29 @@ def run_once(function, cases):
 
 
 def sanitizer_check(function, inputs: str, case_args: dict, case: str, *, races: bool) -> list[str]:
-    """memcheck, then (``races``) racecheck of one case; CheckFailed with the tool's findings.
+    """memcheck and (``races``) racecheck of one case; CheckFailed with the tool's findings.
+
+    The two tools run at the same time, each in a worker of its own (one GPU serves both): the check waits for
+    the longer of the two runs, not their sum.  memcheck's verdict is read first, as when they ran one after
+    the other, so a kernel with both faults is told of its out-of-bounds accesses.
 
     The caller has already checked the case's values: the sanitizer answers only for what values
     cannot show (an out-of-bounds read or write that does not change the output, a race that did
     not fire).  Returns the parts of the verdict, e.g. ["memcheck: 0 ошибок", "racecheck: 0 гонок"].
     """
-    report = sanitize(function, inputs, case_args, tool="memcheck")
+    def run(tool: str) -> SanitizerReport:
+        with guard.grader_thread():  # may start compute-sanitizer, although student code ran in this process
+            return sanitize(function, inputs, case_args, tool=tool)
+
+    tools = ("memcheck", "racecheck") if races else ("memcheck",)
+    with concurrent.futures.ThreadPoolExecutor(len(tools)) as pool:
+        runs = {tool: pool.submit(run, tool) for tool in tools}
+    report = runs["memcheck"].result()  # raises the run's CheckFailed or GraderFault, memcheck's first
     if report.errors:
         raise CheckFailed(memcheck_message(report, case))
     done = ["memcheck: 0 ошибок"]
     if races:
-        report = sanitize(function, inputs, case_args, tool="racecheck")
+        report = runs["racecheck"].result()
         if report.errors:
             raise CheckFailed(race_message(report, case))
         done.append("racecheck: 0 гонок")

@@ -43,7 +43,7 @@ from .undo import (_STUBS, _restore_builtins, _restore_gc, _signal_handlers, _th
                    trust_grader_changes)
 
 __all__ = ["PACKAGE_DIR", "REPOSITORY", "Tampering", "allow_grader_program", "cap_resources", "describe",
-           "install", "install_kernel", "refused_to_grader", "student_code", "verify"]
+           "grader_thread", "install", "install_kernel", "refused_to_grader", "student_code", "verify"]
 
 
 # --- the worker ------------------------------------------------------------------------------
@@ -89,6 +89,18 @@ def student_code():
             problems.append("функция подключила обработчик сборщика мусора")
         if problems:
             raise Tampering("; ".join(dict.fromkeys(problems)) + " — при проверке это запрещено")
+
+
+@contextlib.contextmanager
+def grader_thread():
+    """For the block, the calling thread is the grader's own, not student code's (any thread but the main one
+    counts as student code otherwise): a check's helper thread that starts a grader program (compute-sanitizer)."""
+    ident = _thread.get_ident()
+    _state["grader_threads"].add(ident)
+    try:
+        yield
+    finally:
+        _state["grader_threads"].discard(ident)
 
 
 def verify() -> str | None:

@@ -9,6 +9,7 @@ _state = {
     "student": False,      # the main thread is running student code
     "tainted": False,      # student code has run in this process: its hooks may run at any time
     "main_thread": None,
+    "grader_threads": set(),       # other threads of the grader's own (grader_thread): not student code
     "gpu": False,          # a GPU check: native libraries (ctypes) and driver threads are expected
     "module_dicts": frozenset(),   # ids of module namespaces present before student code
     "type_ids": frozenset(),       # ids of classes present before student code
@@ -31,7 +32,8 @@ class Tampering(Exception):
 
 def _student_now() -> bool:
     """Student code is running right now (the main thread in a student call, or its threads)."""
-    return _state["student"] or _thread.get_ident() != _state["main_thread"]
+    ident = _thread.get_ident()
+    return _state["student"] or (ident != _state["main_thread"] and ident not in _state["grader_threads"])
 
 
 def _deny(message: str, error: type[Exception] = PermissionError):
