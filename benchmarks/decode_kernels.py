@@ -10,7 +10,10 @@ Hkv=8, d=128), page size 16, a shuffled page pool, every sequence of the batch t
 * ``gather_sdpa``: what a user writes today — gather the pages into a contiguous cache, then torch
   ``scaled_dot_product_attention(..., enable_gqa=True)``; fp32 and bf16;
 * ``sdpa_contiguous``: SDPA on an already contiguous cache (no gather); fp32 and bf16;
-* a sweep of ``num_splits`` at batch 1 (why split-KV exists).
+* a sweep of ``num_splits`` at batch 1 (why split-KV exists);
+* ``graph``: the kernel's call captured once as a CUDA graph and replayed (as serving engines run decode steps):
+  the GPU's own time, without the host's per-call cost (CuPy packing the arguments, the launches, allocations),
+  which bounds back-to-back calls of small sizes.
 
 Bandwidth is "effective": the K and V bytes the lengths require divided by the time; its ceiling is the
 device-to-device copy bandwidth measured in the same run (bytes read + written per second).  The byte
@@ -60,6 +63,25 @@ def lesson_namespace(source: Path | None) -> dict:
     return ns
 
 
+
+
+def graph_ms(fn, *args) -> float | str:
+    """The time of one call replayed as a CUDA graph (what a serving engine does for decode steps): the GPU's
+    time with the host's per-call cost (argument packing, launches, allocations) taken out.  A string says why
+    the call could not be captured."""
+    fn(*args)  # compiled, and the memory pool holds the call's blocks
+    cp.cuda.Device().synchronize()
+    stream = cp.cuda.Stream(non_blocking=True)
+    try:
+        with stream:
+            stream.begin_capture()
+            try:
+                fn(*args)
+            finally:
+                graph = stream.end_capture()
+            return time_ms(lambda: graph.launch(stream), repeat=20)
+    except Exception as error:  # noqa: BLE001 - reported in the table and the JSON
+        return f"{type(error).__name__}: {error}"[:200]
 
 
 def copy_bandwidth(nbytes: int = 2**31) -> float:
@@ -149,7 +171,7 @@ def main() -> None:
     if args.quick:
         batches, lengths = (1, 8), (4096, 32768)
     rows = []
-    header = (f"{'B':>3} {'L':>6} {'KV MB':>8} {'splits':>6} {'ms':>8} {'GB/s':>6} {'share':>6} "
+    header = (f"{'B':>3} {'L':>6} {'KV MB':>8} {'splits':>6} {'ms':>8} {'GB/s':>6} {'share':>6} {'graph':>6} "
               f"{'g+sdpa32':>9} {'x floor':>7} {'sdpa32%':>7} {'g+sdpa16':>9} {'x floor':>7} {'sdpa16%':>7} {'speedup':>7}")
     print(header, flush=True)
     skip = {tuple(int(x) for x in item.split("x")) for item in args.skip.split(",") if item}
@@ -171,6 +193,10 @@ def main() -> None:
             ms = time_ms(lambda: fn(q, k, v, table, lens))
             row = {"B": B, "L": L, "kv_bytes": kv, "num_splits": ns["choose_splits"](B, HKV, table.shape[1]),
                    "kernel_ms": ms, "kernel_share": kv / (ms * 1e-3) / copy}
+            graphed = graph_ms(fn, q, k, v, table, lens)
+            row["graph_ms"] = graphed
+            if isinstance(graphed, float):
+                row["graph_share"] = kv / (graphed * 1e-3) / copy
             if use_torch:
                 for dt in ("fp32", "bf16"):
                     base = torch_baselines(q, k, v, table, L, dt)
@@ -182,8 +208,10 @@ def main() -> None:
                     row[f"sdpa_contiguous_{dt}_share"] = floor_ms / base["sdpa_contiguous_ms"]
                 row["speedup_vs_gather_sdpa_fp32"] = row["gather_sdpa_fp32_ms"] / ms
             rows.append(row)
+            graph_cell = f"{100 * row['graph_share']:.0f}%" if "graph_share" in row else "n/a"
             print(f"{B:>3} {L:>6} {kv / 1e6:>8.0f} {row['num_splits']:>6} {ms:>8.3f} {kv / ms / 1e6:>6.0f} "
                   f"{100 * row['kernel_share']:>5.0f}% "
+                  f"{graph_cell:>6} "
                   + ("" if not use_torch else
                      f"{row['gather_sdpa_fp32_ms']:>9.3f} {row['gather_sdpa_fp32_x_floor']:>7.1f} "
                      f"{100 * row['sdpa_contiguous_fp32_share']:>6.0f}% {row['gather_sdpa_bf16_ms']:>9.3f} "
