@@ -140,32 +140,39 @@ def _edited(source: str) -> str:
 
 _namespace = {"cp": cp, "np": np, "math": math}
 exec(_solution_cells()["decode_source"], _namespace)
-DECODE_SRC = _edited(_namespace["DECODE_SRC"])
+SOLUTION_SRC = _namespace["DECODE_SRC"]   # the lesson's kernels, as the solution notebook has them
+DECODE_SRC = _edited(SOLUTION_SRC)
 exec(_solution_cells()["paged_decode_gpu"], _namespace)   # choose_splits, as the lesson's
 choose_splits = _namespace["choose_splits"]
 
-_decode_kernels = {}   # device -> the split kernel, compiled on first use
-_arrived = {}          # device -> counters of the split kernel (one per sequence and KV head), zero between launches
+def make_paged_decode_gpu(source: str):
+    """The one-launch wrapper of a DECODE_SRC made with these edits (``source``): its kernel and counters per device."""
+    kernels = {}   # device -> the split kernel, compiled on first use
+    arrived = {}   # device -> counters of the split kernel (one per sequence and KV head), zero between launches
+
+    def paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None):
+        B, Hq, d = q.shape
+        P, page_size, Hkv, _ = k_pages.shape
+        max_pages = block_table.shape[1]
+        if d not in (64, 128) or Hq % Hkv or Hq // Hkv > 8:
+            raise ValueError("the kernel takes d = 64 or 128 and G = Hq / Hkv from 1 to 8")
+        S = choose_splits(B, Hkv, max_pages) if num_splits is None else int(num_splits)
+        device = cp.cuda.Device().id
+        if device not in kernels:
+            kernels[device] = cp.RawKernel(source, "paged_decode_split")
+        if device not in arrived or arrived[device].size < B * Hkv:
+            arrived[device] = cp.zeros(max(B * Hkv, 1024), dtype=cp.uint32)
+        out = cp.empty((B, Hq, d), dtype=cp.float32)
+        o_part = out if S == 1 else cp.empty((S, B, Hq, d), dtype=cp.float32)
+        lse_part = cp.empty((S, B, Hq), dtype=cp.float32)
+        kernels[device](
+            (S, Hkv, B), (128,),
+            (q, k_pages, v_pages, block_table, lengths, o_part, lse_part, out, arrived[device], np.int32(B),
+             np.int32(Hq), np.int32(Hkv), np.int32(d), np.int32(page_size), np.int32(max_pages), np.int32(S),
+             np.float32(1 / math.sqrt(d))))
+        return out
+
+    return paged_decode_gpu
 
 
-def paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None):
-    B, Hq, d = q.shape
-    P, page_size, Hkv, _ = k_pages.shape
-    max_pages = block_table.shape[1]
-    if d not in (64, 128) or Hq % Hkv or Hq // Hkv > 8:
-        raise ValueError("the kernel takes d = 64 or 128 and G = Hq / Hkv from 1 to 8")
-    S = choose_splits(B, Hkv, max_pages) if num_splits is None else int(num_splits)
-    device = cp.cuda.Device().id
-    if device not in _decode_kernels:
-        _decode_kernels[device] = cp.RawKernel(DECODE_SRC, "paged_decode_split")
-    if device not in _arrived or _arrived[device].size < B * Hkv:
-        _arrived[device] = cp.zeros(max(B * Hkv, 1024), dtype=cp.uint32)
-    out = cp.empty((B, Hq, d), dtype=cp.float32)
-    o_part = out if S == 1 else cp.empty((S, B, Hq, d), dtype=cp.float32)
-    lse_part = cp.empty((S, B, Hq), dtype=cp.float32)
-    _decode_kernels[device](
-        (S, Hkv, B), (128,),
-        (q, k_pages, v_pages, block_table, lengths, o_part, lse_part, out, _arrived[device], np.int32(B),
-         np.int32(Hq), np.int32(Hkv), np.int32(d), np.int32(page_size), np.int32(max_pages), np.int32(S),
-         np.float32(1 / math.sqrt(d))))
-    return out
+paged_decode_gpu = make_paged_decode_gpu(DECODE_SRC)
