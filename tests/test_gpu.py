@@ -3,6 +3,7 @@ clear "нужен GPU" where they cannot run there?"""
 import re
 
 import nbformat
+import numpy as np
 import pytest
 
 from autograder.course import paths as course
@@ -330,6 +331,95 @@ def test_memchecks_findings_come_first_when_both_tools_find_faults(tmp_path, mon
     monkeypatch.setattr(sanitizer, "_SANITIZER", str(fake))
     with pytest.raises(CheckFailed, match="memcheck нашёл обращения за пределы массивов: 2 ошибок"):
         sanitizer.sanitizer_check(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, "T=1", races=True)
+
+
+ROW_SUMS_WRAPPER = """
+def row_sums_gpu(x):
+    T, D = x.shape
+    out = cp.empty(T, dtype=cp.float32)
+    cp.RawKernel(SOURCE, KERNEL)((T,), (256,), (x, out, np.int32(D)))
+    return out
+"""
+
+
+def row_sums_function(source: str, kernel: str):
+    """A student's ``row_sums_gpu`` whose ``cp`` is the emulator's stand-in (it pickles as ``cupy``)."""
+    from autograder.gpu import emulated_cupy
+
+    space = {"cp": emulated_cupy, "np": np, "SOURCE": source, "KERNEL": kernel, "__name__": "__main__"}
+    exec(ROW_SUMS_WRAPPER, space)
+    return space["row_sums_gpu"]
+
+
+@pytest.mark.parametrize("pose", ["T4", "H200"])
+def test_the_emulator_can_answer_for_compute_sanitizer_on_a_gpu_machine(pose):
+    """AUTOGRADER_GPU_BOUNDS=emulator: a case of a bounds-and-races check runs in a worker of its own on the emulator
+    posing as the nearest GPU it knows, from the student's function packed before it ran on the GPU.  The kernel
+    without its barrier (lesson 06's demonstration, right values by luck) fails with the race named; with the barrier
+    it passes, and so does the reference's."""
+    from autograder.gpu import sanitizer
+    from autograder.isolation import run as isolation
+    from autograder.lessons.lesson06 import cuda_basics
+
+    source, kernel, _ = cuda_basics.BUGGY_KERNELS["row_sums без барьера"]
+    fixed = source.replace("    partial[threadIdx.x] = s;\n", "    partial[threadIdx.x] = s;\n    __syncthreads();\n")
+    assert fixed != source
+    inputs, case = "autograder.lessons.lesson06.checks:row_sums_inputs", {"T": 3, "D": 1000, "seed": 14}
+    payload = isolation.pack([row_sums_function(source, kernel)])
+    with pytest.raises(CheckFailed, match=f"(?s)эмулятор GPU \\({pose}\\) вместо compute-sanitizer.*гонка в разделяемой памяти"):
+        sanitizer.emulator_check(payload, inputs, case, "T=3, D=1000", pose=pose)
+    payload = isolation.pack([row_sums_function(fixed, kernel)])
+    assert "ни одного обращения за границы" in sanitizer.emulator_check(payload, inputs, case, "T=3, D=1000", pose=pose)
+
+
+def test_a_function_that_fails_only_on_the_emulator_leaves_the_case_to_compute_sanitizer():
+    """Its values passed on the GPU, so an error on the emulator proves nothing (a notebook's cache of real CuPy
+    kernels, say): emulator_check says so (None) and the check asks compute-sanitizer; a finding still fails."""
+    from autograder.gpu import emulated_cupy, sanitizer
+    from autograder.isolation import run as isolation
+
+    space = {"cp": emulated_cupy, "__name__": "__main__"}
+    exec("def row_sums_gpu(x):\n    raise TypeError('a real CuPy kernel cannot take this array')\n", space)
+    inputs, case = "autograder.lessons.lesson06.checks:row_sums_inputs", {"T": 3, "D": 1000, "seed": 14}
+    assert sanitizer.emulator_check(isolation.pack([space["row_sums_gpu"]]), inputs, case, "T=3", pose="T4") is None
+
+
+def test_a_check_worker_may_start_the_emulators_run_after_student_code_ran():
+    """In a GPU check's worker the guard is on and student code has run (the case's values) when the emulator's run
+    starts: the grader may start that worker (a new Python process), as it may start compute-sanitizer."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, "tests")
+        from test_gpu import row_sums_function
+        from autograder.gpu import sanitizer
+        from autograder.isolation import guard, run as isolation
+        from autograder.lessons.lesson06 import cuda_basics
+        source, kernel, _ = cuda_basics.BUGGY_KERNELS["row_sums без барьера"]
+        payload = isolation.pack([row_sums_function(source.replace("s;\\n    //", "s;\\n    __syncthreads();\\n    //"), kernel)])
+        guard.install(gpu=True)
+        with guard.student_code():
+            pass
+        print(sanitizer.emulator_check(payload, "autograder.lessons.lesson06.checks:row_sums_inputs",
+                                       {"T": 3, "D": 1000, "seed": 14}, "T=3", pose="T4"))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=course.ROOT)
+    assert "эмулятор GPU (T4): ни одного обращения за границы" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+def test_the_bounds_tool_is_compute_sanitizer_unless_the_emulator_is_asked_for(monkeypatch):
+    from autograder.gpu import sanitizer
+
+    monkeypatch.delenv(sanitizer.BOUNDS_ENV, raising=False)
+    assert sanitizer.bounds_tool() == "compute-sanitizer"
+    monkeypatch.setenv(sanitizer.BOUNDS_ENV, " Emulator ")
+    assert sanitizer.bounds_tool() == "emulator"
+    monkeypatch.setenv(sanitizer.BOUNDS_ENV, "memcheck")
+    assert sanitizer.bounds_tool() == "compute-sanitizer"
 
 
 def test_a_sanitizer_run_lost_before_the_students_code_is_a_grader_fault(tmp_path, monkeypatch):

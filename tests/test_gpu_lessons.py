@@ -196,7 +196,7 @@ def bank_06() -> list[Entry]:
         Entry("scale_add_compile_error", {"scale_add_source": replace(sa_src, "out[i] = a * x[i] + y[i];", "out[i] = a * x[i] + y[i]")},
               SA_GPU | {SA_C}, says="строка"),
         Entry("row_sums_missing_syncthreads", row_sums(barrier_dropped_after("partial[threadIdx.x] += partial[threadIdx.x + half];")),
-              {RS_S}, may_lose=RS_GPU, says="racecheck"),
+              {RS_S}, may_lose=RS_GPU, says="в разделяемой памяти"),  # racecheck's and the emulator's words (AUTOGRADER_GPU_BOUNDS)
         Entry("row_sums_first_warp_only", row_sums(
             ("for (int half = blockDim.x / 2; half >= 32; half /= 2) {", "for (int half = 0; half >= 32; half /= 2) {")),
               {RS, RS_S}, says="не совпадает"),
@@ -209,7 +209,7 @@ def bank_06() -> list[Entry]:
             ("(kb < K && col < N) ? B[(size_t)kb * N + col] : 0.0f", "B[(size_t)kb * N + col]")),
               {MM, MM_S}, may_lose={MM_MEM}, says="NaN"),  # it reads the guard bytes (NaN) past A
         Entry("matmul_missing_second_sync", matmul(barrier_dropped_after("acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];")),
-              {MM_S}, may_lose=MM_GPU, says="racecheck"),
+              {MM_S}, may_lose=MM_GPU, says="в разделяемой памяти"),  # racecheck's and the emulator's words (AUTOGRADER_GPU_BOUNDS)
         Entry("matmul_drops_last_k_tile", matmul(
             ("for (int k0 = 0; k0 < K; k0 += TILE) {", "for (int k0 = 0; k0 + TILE <= K; k0 += TILE) {")),
               {MM, MM_S}, says="последний неполный тайл"),
@@ -472,7 +472,7 @@ def bank_08() -> list[Entry]:
         Entry("step1_no_barrier_after_load", step1_kernel(replace(
             step1, "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }\n        __syncthreads();",
             "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }")),
-            {SAN08}, may_lose=GPU08, says="racecheck"),
+            {SAN08}, may_lose=GPU08, says="в разделяемой памяти"),  # racecheck's and the emulator's words (AUTOGRADER_GPU_BOUNDS)
         Entry("step1_causal_loop_to_the_end", step1_kernel(replace(
             step1, "const int kv_end = causal ? min(q0 + BR, n) : n;", "const int kv_end = n;")), {SKIP08}, says="доля"),
         Entry("step1_no_counter", step1_kernel(replace(
@@ -491,7 +491,7 @@ def bank_08() -> list[Entry]:
         Entry("missing_syncthreads_after_staging", {**SIMPLE, "flash_source": replace(
             SIMPLE_FLASH, "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }\n        __syncthreads();",
             "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }")},
-            {SAN08}, may_lose=GPU08, says="racecheck"),
+            {SAN08}, may_lose=GPU08, says="в разделяемой памяти"),  # racecheck's and the emulator's words (AUTOGRADER_GPU_BOUNDS)
         Entry("S_materialised", {"flash_source": src, "flash_attention_gpu": replace(
             wrap, "    O = cp.empty_like(Q)\n", "    O = cp.empty_like(Q)\n    S = cp.empty((H, n, n), dtype=cp.float32)\n")},
             {MEM08}, says="Матрица S"),
@@ -599,7 +599,7 @@ def bank_09() -> list[Entry]:
               GPU09, says="нет масштаба 1/sqrt(d)"),
         Entry("missing_barrier_after_tile_lands", kernel(replace(
             src, "(this thread's copies) ...\n        __syncthreads();", "(this thread's copies) ...")),
-              {SAN09}, may_lose=GPU09, says="racecheck"),
+              {SAN09}, may_lose=GPU09, says="в разделяемой памяти"),  # racecheck's and the emulator's words (AUTOGRADER_GPU_BOUNDS)
         Entry("keys_past_n_not_masked", kernel(replace(
             src, "if (key >= n || (causal && key > row)) s[nn][e] = NEG_INF;",
             "if (causal && key > row) s[nn][e] = NEG_INF;")), {TAILS09, SAN09}, says="не совпадает"),

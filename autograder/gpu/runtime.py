@@ -170,6 +170,15 @@ def use_emulator_without_gpu() -> tuple[bool, str]:
     return ok, why
 
 
+def use_emulator_posing_as(device: str) -> None:
+    """For the rest of the process, :func:`stand_in` posing as ``device``, GPU or not: ``before_payload`` of a check
+    that runs a student's function on the emulator on purpose (``sanitizer.EMULATOR_RUNS``)."""
+    global _for_good
+    if not emulated():
+        _for_good = stand_in(device)  # kept: a collected generator would put CuPy back
+        _for_good.__enter__()
+
+
 def run_on_emulator(function, *args, **kwargs) -> str:
     """A GPU check's body on the stand-in (posing as a T4, unless it is in place already): its verdict, failed
     when any launch had a finding (lockstep hides races in the values), every verdict saying it ran there."""
