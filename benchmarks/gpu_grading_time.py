@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_grading_time.py [--lessons 06,07,08,09,11] [--out FILE.json]
     python benchmarks/gpu_grading_time.py --show FILE.json
+    AUTOGRADER_GPU_BOUNDS=emulator python benchmarks/gpu_grading_time.py ...   # the emulator in compute-sanitizer's place
 
 Each lesson's solution notebook (the instructor's: hidden tests included, the reference answers) runs top to bottom
 in a fresh Python process, as nbgrader's kernel runs a submission: every code cell in order, timed, demonstrations
@@ -97,8 +98,16 @@ def device() -> str:
     return f"{props['name'].decode()}, compute capability {props['major']}.{props['minor']}, CuPy {cupy.__version__}"
 
 
+def bounds_tool() -> str:
+    """What answers the bounds-and-races checks in this run (``AUTOGRADER_GPU_BOUNDS``, see autograder/gpu/sanitizer.py)."""
+    from autograder.gpu.sanitizer import bounds_tool as tool
+
+    return tool()
+
+
 def table(report: dict) -> str:
-    lines = [f"{report['date']}  {report['device']}", report["command"], "",
+    tool = report.get("bounds_tool", "compute-sanitizer")  # runs before the setting: compute-sanitizer
+    lines = [f"{report['date']}  {report['device']}", report["command"] + f"   (bounds and races: {tool})", "",
              f"{'lesson':<26}{'process':>8}{'cells':>8}{'checks':>8}  {'sanitizer':>12}{'timed':>12}{'other':>12}"]
     totals = dict(process=0.0, cells=0.0, checks=0.0, sanitizer=0.0, timed=0.0, other=0.0)
     counts = dict(sanitizer=0, timed=0, other=0)
@@ -141,7 +150,7 @@ def main(argv=None) -> int:
         print(table(json.loads(args.show.read_text(encoding="utf-8"))))
         return 0
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": device(),
-              "python": platform.python_version(),
+              "python": platform.python_version(), "bounds_tool": bounds_tool(),
               "command": "python benchmarks/gpu_grading_time.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "lessons": []}
     for number in args.lessons.split(","):
