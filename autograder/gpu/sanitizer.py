@@ -4,7 +4,8 @@
 through the worker's protocol (:func:`run_once` is that worker's check);
 :func:`sanitizer_check` is what a lesson's check calls (:func:`sanitizer_verdict`: over its cases):
 memcheck (with padding after every allocation) and racecheck side by side, each failure a message with the
-tool's findings and a hint; or, where :data:`BOUNDS_ENV` asks for it, the PTX emulator in their place (:func:`emulator_check`).  Where the tool is missing, the check fails and says how it scores, never passes silently.
+tool's findings and a hint; or, where :data:`BOUNDS_ENV` asks for it, the PTX emulator in their place
+(:func:`emulator_check`).  Where the tool is missing, the check fails and says how it scores, never passes silently.
 """
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ def run_once(function, cases):
 
 
 def _run_on_emulator(function, cases):
-    """In a worker posing as a GPU (:func:`emulator_check_id`): build the inputs, run the student's function once
+    """In a worker posing as a GPU (:data:`EMULATOR_RUNS`): build the inputs, run the student's function once
     on the emulator; any finding of its launches fails the check (:func:`~.runtime.run_on_emulator`)."""
     import importlib
 
