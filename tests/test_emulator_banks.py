@@ -113,3 +113,28 @@ def test_the_committed_grading_without_a_gpu_agrees_entry_by_entry():
         assert "error" not in row, f"{key}: {row['error']}"
         assert row["gpu_loses"] == sorted(entries[key].loses), f"{key}: the bank changed; run the benchmark again"
         assert eb.graded_disagreement(key[0], entries[key], row["without_gpu_loses"]) is None, (key, row)
+
+
+def test_the_committed_emulator_bounds_run_agrees_entry_by_entry():
+    """benchmarks/results/emulator_bounds_banks.json (AUTOGRADER_GPU_BOUNDS=emulator's branch, on the CPU): every entry
+    of today's GPU banks of 06-09 lost exactly the bounds-and-races checks it loses under compute-sanitizer on the
+    H200, and a rerun is asked for when a bank changed."""
+    import json
+    import sys
+    from pathlib import Path
+
+    benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(benchmarks))
+    import emulator_bounds_banks as ebb
+
+    path = benchmarks / "results" / "emulator_bounds_banks.json"
+    report = json.loads(path.read_text(encoding="utf-8"))
+    entries = {(lesson, e.name): e for lesson in ebb.LESSONS.values() for e in banks.BANKS[lesson]()}
+    rows = {(r["lesson"], r["entry"]): r for r in report["rows"]}
+    assert set(rows) == set(entries), ("run benchmarks/emulator_bounds_banks.py --out "
+                                       "benchmarks/results/emulator_bounds_banks.json: entries without a row "
+                                       f"{sorted(set(entries) - set(rows))}, rows of no entry {sorted(set(rows) - set(entries))}")
+    for key, row in rows.items():
+        expected = sorted(c for c in entries[key].loses if ebb.bounds_check(c))
+        assert row["gpu_loses"] == expected, f"{key}: the bank changed; run the benchmark again"
+        assert row["agrees"] and set(expected) <= set(row["emulator_loses"]), (key, row)
