@@ -200,7 +200,7 @@ def test_the_decode_candidates_match_the_oracle_on_the_emulator(variant, table_s
     keys = ("B", "Hq", "Hkv", "d", "page_size", "lengths", "seed", "shared", "q_scale", "keys_away", "stale_nan")
     cases = [c for c in GPU_VISIBLE if c["lengths"] in ([37, 16], [1, 10, 11])]
     assert len(cases) == 2
-    modules = ("decode_variant_lastblock", "decode_variant_pagetable")
+    modules, path = ("decode_variant_lastblock", "decode_variant_pagetable"), list(sys.path)
     with runtime.stand_in("T4") as cp:
         try:
             ns = {"__name__": f"decode_variant_{variant}", "__file__": str(source)}
@@ -220,4 +220,4 @@ def test_the_decode_candidates_match_the_oracle_on_the_emulator(variant, table_s
         finally:  # imported under the stand-in: not kept for a test that runs without it
             for name in modules:
                 sys.modules.pop(name, None)
-            sys.path[:] = [p for p in sys.path if p != str(folder)]
+            sys.path[:] = path
