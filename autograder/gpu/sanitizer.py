@@ -42,7 +42,7 @@ if _allow is not None:  # the worker of an emulator run (BOUNDS_ENV=emulator) is
 #: default: memcheck and racecheck) or "emulator" (the PTX emulator, posing as the nearest GPU it knows, runs the
 #: check's cases in a worker of its own: every access checked, about a second a case instead of 3-6 s).  The
 #: emulator loses the same bounds-and-races checks as compute-sanitizer on every entry of the GPU banks of 06-09,
-#: through this very branch (benchmarks/emulator_bounds_banks.py, run on a CPU posing as the H200: 88 of 88); the
+#: through this very branch (benchmarks/emulator_bounds_banks.py, run on a CPU posing as the H200); the
 #: GPU banks with "emulator" on the H200 are still to be run before it becomes the default (issue 30).  Without a
 #: GPU the emulator answers anyway.
 BOUNDS_ENV = "AUTOGRADER_GPU_BOUNDS"
@@ -238,24 +238,18 @@ def sanitizer_verdict(function, inputs: str, cases, check_values, *, races: bool
             check_values(c)
         return ("эмулятор GPU вместо compute-sanitizer: ни одного обращения за границы, гонки в разделяемой "
                 "памяти или чтения неинициализированной памяти")
-    if bounds_tool() == "emulator":
-        payload = isolation.pack([function])  # before it runs here: nothing of this process's CuPy in it
-        done = []
-        for c in cases:
-            check_values(c)
-            args = c if params is None else {p: c[p] for p in params}
-            verdict = emulator_check(payload, inputs, args, describe_case(**c))
-            if verdict is None:  # the emulator could not run it: compute-sanitizer answers for this case
-                verdict = "compute-sanitizer — " + ", ".join(sanitizer_check(function, inputs, args, describe_case(**c),
-                                                                             races=races))
-            done.append(verdict)
-        return ", ".join(dict.fromkeys(done))
+    # the emulator's run starts from the function packed before it ran here: nothing of this process's CuPy in it
+    payload = isolation.pack([function]) if bounds_tool() == "emulator" else None
     done = []
     for c in cases:
         check_values(c)
         args = c if params is None else {p: c[p] for p in params}
-        done += sanitizer_check(function, inputs, args, describe_case(**c), races=races)
-    return "compute-sanitizer — " + ", ".join(dict.fromkeys(done))
+        verdict = None if payload is None else emulator_check(payload, inputs, args, describe_case(**c))
+        if verdict is None:  # compute-sanitizer's, or the emulator's run proved nothing
+            verdict = "compute-sanitizer — " + ", ".join(sanitizer_check(function, inputs, args, describe_case(**c),
+                                                                         races=races))
+        done.append(verdict)
+    return ", ".join(dict.fromkeys(done))
 
 
 def race_message(report: SanitizerReport, case: str) -> str:
