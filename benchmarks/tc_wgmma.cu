@@ -1,0 +1,270 @@
+// Lesson 09's FlashAttention forward on Hopper's warpgroup MMA (wgmma, sm_90a): a candidate for issue 30
+// (>= 400 TFLOP/s at n = 16384, d = 128, non-causal on the H200), beside the lesson's mma.sync kernel, which
+// stays the T4 / sm_80 path and the students' skeleton. benchmarks/tc_wgmma.py prepends the wgmma wrappers
+// (wgmma_ss<N>, wgmma_rs<N>: one operand list per N) and instantiates the kernels; it also says how to run it.
+//
+// A block of NWG warpgroups (128 threads each) owns BR = 64 * NWG query rows of one head; warpgroup w owns rows
+// 64w .. 64w + 63, and inside it warp v rows 16v .. 16v + 15, lane 4g + t rows g and g + 8 of those (the
+// accumulator layout of wgmma m64nNk16: element (row, col) of an n8 column tile j is register 4j + 2 * (row is
+// g + 8) + (col is odd), col = 8j + 2t (+1)).
+// Every operand in shared memory is stored in 128-byte-swizzled "panels" of 64 half columns: row r of a panel is
+// 128 bytes at r * 128, its 16-byte chunk c at ((c ^ (r & 7)) * 16); a tile of D columns is D / 64 panels, one
+// after the other, each 1024-byte aligned. S = Q K^T reads Q and K K-major from shared memory (both descriptors);
+// O += P V takes P from registers (the S accumulators converted to f16 are exactly wgmma's A fragments) and V
+// N-major (imm-trans-b = 1) from the same kind of panels.
+// K/V tiles of BC rows stream through STAGES = 2 buffers with cp.async: tile j + 1 is requested at the top of
+// tile j, one barrier per tile.
+#define NEG_INF (-__int_as_float(0x7f800000))
+typedef unsigned short f16;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ unsigned pack_f16x2(float lo, float hi)
+{
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));   // hi in the upper 16 bits
+    return r;
+}
+
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ unsigned smem_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// A shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte offsets (>> 4).
+__device__ __forceinline__ u64 descriptor(unsigned address, unsigned leading, unsigned stride)
+{
+    return (u64)((address & 0x3FFFF) >> 4) | ((u64)(leading >> 4) << 16) | ((u64)(stride >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// keeps the compiler from moving reads or writes of accumulator registers across a wgmma fence or wait
+template <int R> __device__ __forceinline__ void fence_registers(float (&r)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(r[i]) :: "memory");
+}
+
+__device__ __forceinline__ void copy16(unsigned dst, const f16* src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// the async proxy (wgmma) sees what the generic proxy (cp.async, st.shared) wrote
+__device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// rows row0 .. row0 + ROWS - 1 of a (n, D) matrix into ROWS-row swizzled panels at `tile` (zeros past n)
+template <int D, int NT, int ROWS>
+__device__ __forceinline__ void load_panels(unsigned tile, const f16* src, int row0, int n)
+{
+    constexpr int CHUNKS = D / 8, COUNT = ROWS * CHUNKS;
+#pragma unroll
+    for (int i = 0; i < (COUNT + NT - 1) / NT; ++i) {
+        const int e = threadIdx.x + i * NT;
+        if (COUNT % NT != 0 && e >= COUNT) break;
+        const int r = e / CHUNKS, cc = e % CHUNKS, g = row0 + r;
+        const unsigned dst = tile + (cc >> 3) * (ROWS * 128) + r * 128 + (((cc & 7) ^ (r & 7)) << 4);
+        copy16(dst, src + (size_t)(g < n ? g : 0) * D + cc * 8, g < n);
+    }
+}
+
+template <int D, int BCT, int NWG>
+__device__ __forceinline__ void flash_wgmma(const f16* __restrict__ Q, const f16* __restrict__ K,
+                                            const f16* __restrict__ V, f16* __restrict__ O,
+                                            int n, float scale, int causal)
+{
+    constexpr int BR = 64 * NWG, NT = 128 * NWG, SN = BCT / 8, ON = D / 8;
+    extern __shared__ __align__(1024) unsigned char shared_bytes[];
+    const unsigned base = (smem_address(shared_bytes) + 1023) & ~1023u;   // panels 1024-byte aligned
+    const unsigned Qs = base;
+    const unsigned Ks = Qs + BR * D * 2;                 // STAGES = 2 K tiles, then 2 V tiles
+    const unsigned Vs = Ks + 2 * BCT * D * 2;
+    constexpr unsigned TILE = BCT * D * 2;
+
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;    // the longest causal rows first
+    const size_t head = (size_t)blockIdx.x * n * D;
+    Q += head; K += head; V += head; O += head;
+    const float sl = scale * 1.4426950408889634f;        // scores in log2 units: exp(x s) = 2^(x s log2 e)
+    const int row_a = q0 + 64 * wg + 16 * warp + g, row_b = row_a + 8;
+    const int wg_last_row = q0 + 64 * wg + 63;
+
+    const int kv_end = causal ? min(n, q0 + BR) : n;
+    const int tiles = (kv_end + BCT - 1) / BCT;
+    load_panels<D, NT, BR>(Qs, Q, q0, n);
+    load_panels<D, NT, BCT>(Ks, K, 0, n);
+    load_panels<D, NT, BCT>(Vs, V, 0, n);
+    commit_copies();
+
+    float o[ON * 4];
+#pragma unroll
+    for (int i = 0; i < ON * 4; ++i) o[i] = 0.0f;
+    float m_a = NEG_INF, m_b = NEG_INF, l_a = 0.0f, l_b = 0.0f;
+
+    for (int j = 0; j < tiles; ++j) {
+        wait_copies();          // this thread's copies of tile j (and Q) have landed
+        fence_async_proxy();
+        __syncthreads();        // everyone's have; and everyone is done with tile j - 1's buffers
+        if (j + 1 < tiles) {
+            const unsigned stage = ((j + 1) & 1) * TILE;
+            load_panels<D, NT, BCT>(Ks + stage, K, (j + 1) * BCT, n);
+            load_panels<D, NT, BCT>(Vs + stage, V, (j + 1) * BCT, n);
+            commit_copies();
+        }
+        const int kv0 = j * BCT;
+        if (causal && kv0 > wg_last_row) continue;   // the whole tile is above this warpgroup's diagonal
+        const unsigned Kt = Ks + (j & 1) * TILE, Vt = Vs + (j & 1) * TILE;
+
+        // S = Q K^T: D / 16 k-steps; a k-step is 32 bytes into a panel, four per panel
+        float s[SN * 4];
+        wgmma_fence();
+        fence_registers(s);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const unsigned k_bytes = (kk & 3) * 32;
+            const u64 a = descriptor(Qs + (kk >> 2) * (BR * 128) + wg * 64 * 128 + k_bytes, 16, 1024);
+            const u64 b = descriptor(Kt + (kk >> 2) * (BCT * 128) + k_bytes, 16, 1024);
+            wgmma_ss<BCT>(s, a, b, kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_registers(s);
+
+        // masks: keys past n, and (causal) keys after the row
+        if (kv0 + BCT > n || (causal && kv0 + BCT - 1 > q0 + 64 * wg)) {
+#pragma unroll
+            for (int jt = 0; jt < SN; ++jt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = kv0 + 8 * jt + 2 * t + e;
+                    if (col >= n || (causal && col > row_a)) s[4 * jt + e] = NEG_INF;
+                    if (col >= n || (causal && col > row_b)) s[4 * jt + 2 + e] = NEG_INF;
+                }
+        }
+        // online softmax of rows a (registers 4j, 4j + 1) and b (4j + 2, 4j + 3); the quad's four lanes share a row
+        float mx_a = NEG_INF, mx_b = NEG_INF;
+#pragma unroll
+        for (int jt = 0; jt < SN; ++jt) {
+            mx_a = fmaxf(mx_a, fmaxf(s[4 * jt], s[4 * jt + 1]));
+            mx_b = fmaxf(mx_b, fmaxf(s[4 * jt + 2], s[4 * jt + 3]));
+        }
+#pragma unroll
+        for (int off = 1; off <= 2; off <<= 1) {
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+        }
+        const float new_a = fmaxf(m_a, mx_a * sl), new_b = fmaxf(m_b, mx_b * sl);   // finite: key 0 <= every row
+        const float corr_a = fast_exp2(m_a - new_a), corr_b = fast_exp2(m_b - new_b);
+        m_a = new_a; m_b = new_b;
+        l_a *= corr_a; l_b *= corr_b;
+        unsigned p[BCT / 16][4];
+#pragma unroll
+        for (int jt = 0; jt < SN; ++jt) {
+            const float p0 = fast_exp2(fmaf(s[4 * jt], sl, -new_a)), p1 = fast_exp2(fmaf(s[4 * jt + 1], sl, -new_a));
+            const float p2 = fast_exp2(fmaf(s[4 * jt + 2], sl, -new_b)), p3 = fast_exp2(fmaf(s[4 * jt + 3], sl, -new_b));
+            l_a += p0 + p1; l_b += p2 + p3;
+            p[jt >> 1][(jt & 1) * 2] = pack_f16x2(p0, p1);       // A fragment of k-step jt / 2: rows a, then b,
+            p[jt >> 1][(jt & 1) * 2 + 1] = pack_f16x2(p2, p3);   // columns 2t (+1), then 8 + 2t (+1)
+        }
+#pragma unroll
+        for (int jt = 0; jt < ON; ++jt) {
+            o[4 * jt] *= corr_a; o[4 * jt + 1] *= corr_a;
+            o[4 * jt + 2] *= corr_b; o[4 * jt + 3] *= corr_b;
+        }
+
+        // O += P V: BC / 16 k-steps of 16 keys = 2048 bytes of a V panel; V's D / 64 panels are BC * 128 apart
+        wgmma_fence();
+        fence_registers(o);
+#pragma unroll
+        for (int kk = 0; kk < BCT / 16; ++kk)
+            wgmma_rs<D>(o, p[kk], descriptor(Vt + kk * 16 * 128, BCT * 128, 1024));
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_registers(o);
+    }
+
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+        l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
+        l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+    }
+    const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+#pragma unroll
+    for (int jt = 0; jt < ON; ++jt) {
+        const int col = 8 * jt + 2 * t;
+        if (row_a < n) *reinterpret_cast<unsigned*>(O + (size_t)row_a * D + col) = pack_f16x2(o[4 * jt] * inv_a, o[4 * jt + 1] * inv_a);
+        if (row_b < n) *reinterpret_cast<unsigned*>(O + (size_t)row_b * D + col) = pack_f16x2(o[4 * jt + 2] * inv_b, o[4 * jt + 3] * inv_b);
+    }
+}
+
+// Checks of the two wgmma forms alone (benchmarks/tc_wgmma.py --selftest): C (64 x N, f32) = A (64 x 16) B with
+// A, B f16 row-major in global memory. ss: A K-major and B given as (N, 16) K-major, both through panels, as
+// S = Q K^T uses them. rs: A in registers, B (16, N) N-major through panels, as O += P V uses them.
+template <int N>
+__device__ __forceinline__ void selftest_store(float* C, const float (&c)[N / 2])
+{
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int jt = 0; jt < N / 8; ++jt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            C[(16 * warp + g + 8 * (e >> 1)) * N + 8 * jt + 2 * t + (e & 1)] = c[4 * jt + e];
+}
+
+template <int N>
+__device__ __forceinline__ void selftest_ss(const f16* A, const f16* Bt, float* C)
+{
+    extern __shared__ __align__(1024) unsigned char shared_bytes[];
+    const unsigned base = (smem_address(shared_bytes) + 1023) & ~1023u;
+    const unsigned As = base, Bs = base + 64 * 128;          // a k-step reads 32 bytes of each panel row
+    load_panels<16, 128, 64>(As, A, 0, 64);
+    load_panels<16, 128, N>(Bs, Bt, 0, N);
+    commit_copies();
+    wait_copies();
+    fence_async_proxy();
+    __syncthreads();
+    float c[N / 2];
+    wgmma_fence();
+    fence_registers(c);
+    wgmma_ss<N>(c, descriptor(As, 16, 1024), descriptor(Bs, 16, 1024), 0);
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_registers(c);
+    selftest_store<N>(C, c);
+}
+
+template <int N>
+__device__ __forceinline__ void selftest_rs(const f16* A, const f16* B, float* C)
+{
+    extern __shared__ __align__(1024) unsigned char shared_bytes[];
+    const unsigned base = (smem_address(shared_bytes) + 1023) & ~1023u;
+    load_panels<N, 128, 16>(base, B, 0, 16);
+    commit_copies();
+    wait_copies();
+    fence_async_proxy();
+    __syncthreads();
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const f16* a_row = A + (16 * warp + g) * 16;
+    unsigned a[4];
+    a[0] = *reinterpret_cast<const unsigned*>(a_row + 2 * t);
+    a[1] = *reinterpret_cast<const unsigned*>(a_row + 8 * 16 + 2 * t);
+    a[2] = *reinterpret_cast<const unsigned*>(a_row + 8 + 2 * t);
+    a[3] = *reinterpret_cast<const unsigned*>(a_row + 8 * 16 + 8 + 2 * t);
+    float c[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) c[i] = 0.0f;
+    wgmma_fence();
+    fence_registers(c);
+    wgmma_rs<N>(c, a, descriptor(base, 16 * 128, 1024));
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_registers(c);
+    selftest_store<N>(C, c);
+}

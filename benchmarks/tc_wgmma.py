@@ -1,0 +1,254 @@
+"""Lesson 09's FlashAttention on Hopper's warpgroup MMA (wgmma, sm_90a): the candidate for issue 30's 400 TFLOP/s.
+
+    python benchmarks/tc_wgmma.py --compile                 # NVRTC sm_90a, no GPU: registers, spills, ptxas notes
+    python benchmarks/tc_wgmma.py --selftest                # on an sm_90 GPU: the two wgmma forms against NumPy
+    python benchmarks/tc_wgmma.py [--only a,b] [--out f.json]   # check against float64 and time, 8 shapes, H = 16
+
+The kernels are benchmarks/tc_wgmma.cu (it says how they work), instantiated here per variant with the wgmma
+wrappers this module writes (one operand list per N). Nothing of it has run on a GPU yet: the PTX emulator does not
+run wgmma, so ``--selftest`` is the first thing to run on the H200. It checks each wgmma form alone (S = Q K^T with
+both operands from 128-byte-swizzled shared memory, O += P V with P from registers and V N-major) for N = 64 and
+128, and prints which output elements differ, so that a wrong descriptor field shows as a pattern. The timing run
+then checks every variant against a float64 reference on small shapes before it times the eight shapes of
+benchmarks/tc_variants.py beside the lesson's kernel and SDPA f16, and prints tc_variants' table.
+
+NVRTC compiles the source to PTX for compute_90a (CuPy would compile for sm_90, where wgmma does not exist); the
+driver loads that PTX (``cp.RawModule(path=...)``).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+#: name: (warpgroups per block, keys per K/V tile at d = 64, at d = 128)
+VARIANTS = {
+    "wg2_bc128": (2, 128, 128),
+    "wg2_bc64": (2, 128, 64),
+    "wg3_bc64": (3, 128, 64),
+}
+SELFTEST_N = (64, 128)
+ARCH = "compute_90a"
+
+
+def wrappers(sizes=(64, 128)) -> str:
+    """wgmma_ss<N> (A and B from shared memory, K-major, accumulate when asked) and wgmma_rs<N> (A from registers,
+    B N-major from shared memory, always accumulate), f16 inputs, f32 accumulators m64nNk16."""
+    out = ["template <int N> __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 a, u64 b, int accumulate);",
+           "template <int N> __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], u64 b);"]
+    for n in sizes:
+        r = n // 2
+        regs = ", ".join(f"%{i}" for i in range(r))
+        outs = ", ".join(f'"+f"(d[{i}])' for i in range(r))
+        out.append(
+            f"template <> __device__ __forceinline__ void wgmma_ss<{n}>(float (&d)[{r}], u64 a, u64 b, int accumulate)\n{{\n"
+            f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"\n'
+            f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, %{r}, %{r + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
+            f'                 : {outs}\n                 : "l"(a), "l"(b), "r"(accumulate));\n}}')
+        out.append(
+            f"template <> __device__ __forceinline__ void wgmma_rs<{n}>(float (&d)[{r}], const unsigned (&a)[4], u64 b)\n{{\n"
+            f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 5}, 0;\\n"\n'
+            f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, '
+            f'{{%{r}, %{r + 1}, %{r + 2}, %{r + 3}}}, %{r + 4}, p, 1, 1, 1;\\n}}\\n"\n'
+            f'                 : {outs}\n                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));\n}}')
+    return "\n".join(out) + "\n"
+
+
+def kernel_name(variant: str, d: int) -> str:
+    return f"wgmma_{variant}_d{d}"
+
+
+def shared_bytes(nwg: int, bc: int, d: int) -> int:
+    """Q (64 * nwg rows), two K and two V tiles, and 1 KiB to align the panels."""
+    return (64 * nwg + 4 * bc) * d * 2 + 1024
+
+
+def source(variants=None) -> str:
+    body = (ROOT / "benchmarks" / "tc_wgmma.cu").read_text(encoding="utf-8")
+    head, sep, rest = body.partition("__device__ __forceinline__ void wgmma_fence()")
+    text = head + wrappers() + sep + rest
+    for v in variants or VARIANTS:
+        nwg, bc64, bc128 = VARIANTS[v]
+        for d, bc in ((64, bc64), (128, bc128)):
+            text += (f'\nextern "C" __global__ void __launch_bounds__({128 * nwg}, 1)\n{kernel_name(v, d)}(const f16* Q, '
+                     f"const f16* K, const f16* V, f16* O, int n, float scale, int causal)\n"
+                     f"{{ flash_wgmma<{d}, {bc}, {nwg}>(Q, K, V, O, n, scale, causal); }}\n")
+    for n in SELFTEST_N:
+        text += (f'\nextern "C" __global__ void __launch_bounds__(128, 1) selftest_ss_n{n}(const f16* A, const f16* Bt, '
+                 f"float* C) {{ selftest_ss<{n}>(A, Bt, C); }}\n"
+                 f'extern "C" __global__ void __launch_bounds__(128, 1) selftest_rs_n{n}(const f16* A, const f16* B, '
+                 f"float* C) {{ selftest_rs<{n}>(A, B, C); }}\n")
+    return text
+
+
+def compiled():
+    """NVRTC's sm_90a build of every kernel (no GPU needed): the result and ptxas's warnings (a wgmma it had to
+    serialise, a spill)."""
+    from autograder.gpu.nvrtc import compile_source
+    result = compile_source(source(), arch="sm_90a")
+    notes = [line for line in result.log.splitlines() if "warning" in line.lower() or "serializ" in line.lower()]
+    return result, notes
+
+
+def kernel_shape(name: str) -> tuple[int, int, int]:
+    """(threads, dynamic shared bytes, d) of a flash kernel of this module."""
+    variant, d = name[len("wgmma_"):].rsplit("_d", 1)
+    nwg, bc64, bc128 = VARIANTS[variant]
+    return 128 * nwg, shared_bytes(nwg, bc64 if d == "64" else bc128, int(d)), int(d)
+
+
+def compile_report() -> int:
+    result, notes = compiled()
+    if not result.ok:
+        print("sm_90a FAILED\n" + result.log[:6000])
+        return 1
+    for name, res in sorted(result.resources.items()):
+        smem = f"  shared {kernel_shape(name)[1] / 1024:6.1f} KiB" if name.startswith("wgmma_") else ""
+        print(f"sm_90a {name:<28} regs {res.registers:4d} spill st/ld {res.spill_stores:4d}/{res.spill_loads:4d}{smem}")
+    print("\n".join(notes) if notes else "ptxas: no warnings (no wgmma serialised)")
+    return 0
+
+
+def load_module(cp):
+    from autograder.gpu.nvrtc import ptx
+    text = ptx(source(), arch=ARCH)
+    folder = tempfile.mkdtemp(prefix="tc_wgmma-")
+    path = Path(folder) / "tc_wgmma.ptx"
+    path.write_text(text, encoding="utf-8")
+    return cp.RawModule(path=str(path))
+
+
+def selftest(cp, np, module) -> bool:
+    """Each wgmma form alone against NumPy; prints the differing elements' rows and columns."""
+    rng = np.random.default_rng(0)
+    ok = True
+    for n in SELFTEST_N:
+        a = rng.integers(-3, 4, (64, 16)).astype(np.float16)
+        b = rng.integers(-3, 4, (16, n)).astype(np.float16)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        for form, operand in (("ss", np.ascontiguousarray(b.T)), ("rs", b)):
+            c = cp.zeros((64, n), cp.float32)
+            kernel = module.get_function(f"selftest_{form}_n{n}")
+            kernel.max_dynamic_shared_size_bytes = 64 * 1024
+            kernel((1,), (128,), (cp.asarray(a), cp.asarray(operand), c), shared_mem=64 * 1024)
+            got = cp.asnumpy(c)
+            bad = np.argwhere(got != want)
+            ok &= not len(bad)
+            print(f"selftest {form} n={n}: {'ok' if not len(bad) else f'{len(bad)} of {64 * n} wrong'}")
+            if len(bad):
+                print("  wrong rows", sorted(set(bad[:, 0].tolist()))[:16], "columns", sorted(set(bad[:, 1].tolist()))[:16])
+                r, col = bad[0]
+                print(f"  e.g. C[{r},{col}] = {got[r, col]} (want {want[r, col]}); does it match another element? "
+                      f"{np.argwhere(want == got[r, col])[:4].tolist()}")
+    return ok
+
+
+def reference(np, q, k, v, causal):
+    """float64 attention of one head."""
+    s = q.astype(np.float64) @ k.astype(np.float64).T / math.sqrt(q.shape[1])
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape, bool)), s, -np.inf)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
+
+
+def launcher(cp, np, module, variant: str, d: int):
+    nwg, bc64, bc128 = VARIANTS[variant]
+    shared = shared_bytes(nwg, bc64 if d == 64 else bc128, d)
+    kernel = module.get_function(kernel_name(variant, d))
+    kernel.max_dynamic_shared_size_bytes = shared
+    br = 64 * nwg
+
+    def run(q, k, v, causal):
+        H, n, _ = q.shape
+        o = cp.empty_like(q)
+        kernel((H, (n + br - 1) // br), (128 * nwg,), (q, k, v, o, np.int32(n), np.float32(1 / math.sqrt(d)),
+               np.int32(causal)), shared_mem=shared)
+        return o
+    return run
+
+
+def check(cp, np, module, variants) -> dict:
+    """Max |error| against float64 on small shapes (ragged n included), per variant."""
+    rng = np.random.default_rng(1)
+    errors = {}
+    for variant in variants:
+        worst = 0.0
+        for n, d, causal in ((64, 64, False), (200, 64, True), (333, 128, False), (1000, 128, True), (513, 64, False)):
+            q, k, v = (rng.standard_normal((2, n, d)).astype(np.float16) for _ in range(3))
+            got = cp.asnumpy(launcher(cp, np, module, variant, d)(cp.asarray(q), cp.asarray(k), cp.asarray(v), causal))
+            for h in range(2):
+                worst = max(worst, float(np.max(np.abs(got[h].astype(np.float64) - reference(np, q[h], k[h], v[h], causal)))))
+        errors[variant] = worst
+        print(f"check {variant}: max |error| vs float64 {worst:.2e}", flush=True)
+    return errors
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--selftest", action="store_true")
+    ap.add_argument("--only", default=None, help="comma-separated variant names")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if args.compile:
+        return compile_report()
+    import numpy as np
+    import torch  # before CuPy (benchmarks/decode_kernels.py says why)
+    import cupy as cp
+    module = load_module(cp)
+    if not selftest(cp, np, module):
+        return 1
+    if args.selftest:
+        return 0
+    from gpu_kernels import Timer, load_answers
+    from tc_variants import SHAPES, table
+    chosen = [v for v in VARIANTS if args.only is None or v in args.only.split(",")]
+    errors = check(cp, np, module, chosen)
+    timer = Timer(cp, torch)
+    lesson = load_answers("09_tensor_cores", {"cp": cp, "np": np, "math": math})["flash_attention_tc_gpu"]
+    rows = []
+    for H, n, d, causal in SHAPES:
+        q, k, v = (cp.random.standard_normal((H, n, d), dtype=cp.float32).astype(cp.float16) for _ in range(3))
+        flops = 4.0 * H * n * n * d / (2 if causal else 1)
+        reps = {"repeat": 5 if n >= 16384 else 10, "rounds": 5, "warmup": 3}
+        tq, tk, tv = (torch.as_tensor(a, device="cuda")[None] for a in (q, k, v))
+        sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)  # noqa: E731
+        ref = cp.asarray(sdpa()[0]).astype(cp.float32)
+        row = {"H": H, "n": n, "d": d, "causal": causal, "sdpa_f16_ms": timer(sdpa, **reps)}
+        candidates = {"lesson": lambda: lesson(q, k, v, causal=causal)}
+        for name in chosen:
+            run = launcher(cp, np, module, name, d)
+            candidates[name] = (lambda run=run: run(q, k, v, causal))
+        for name, fn in candidates.items():
+            try:
+                err = float(cp.max(cp.abs(fn().astype(cp.float32) - ref)))
+                ms = timer(fn, **reps)
+                row[name] = {"ms": ms, "tflops": flops / ms / 1e9, "x_sdpa": row["sdpa_f16_ms"] / ms, "err": err}
+            except Exception as e:  # noqa: BLE001 - one variant failing leaves the others' figures
+                row[name] = {"error": repr(e)[:200]}
+        row["sdpa_f16_tflops"] = flops / row["sdpa_f16_ms"] / 1e9
+        rows.append(row)
+        print(f"done n={n} d={d} causal={causal}", flush=True)
+        del q, k, v, tq, tk, tv, ref
+        cp.get_default_memory_pool().free_all_blocks()
+    result = {"command": "python benchmarks/tc_wgmma.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "torch": torch.__version__,
+              "cupy": cp.__version__, "variants": {v: VARIANTS[v] for v in chosen}, "check_errors": errors, "rows": rows}
+    print(table(result))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
