@@ -34,27 +34,35 @@ LESSONS = {"06": "06_cuda_basics", "07": "07_cupy_rmsnorm", "08": "08_cupy_flash
 def kind(check_id: str) -> str:
     """"sanitizer" (the lessons name their compute-sanitizer checks ``*sanitizer`` or ``*_bounds``), "timed" (registered
     ``gpu_check(..., timed=True)``) or "other"."""
-    from autograder.checks.core import get_check
+    from autograder.gpu.runtime import is_timed
 
     if check_id.endswith(("sanitizer", "_bounds")):
         return "sanitizer"
-    return "timed" if getattr(get_check(check_id).function, "timed", False) else "other"
+    return "timed" if is_timed(check_id) else "other"
 
 
-def child(lesson: str) -> None:
-    """Run ``lesson``'s solution notebook here, cell by cell; print one JSON line of timings."""
+def child(lesson: str, parallel_checks: int = 1) -> None:
+    """Run ``lesson``'s solution notebook here, cell by cell; print one JSON line of timings.  With
+    ``parallel_checks`` > 1 its checks run side by side as IsolatedExecute runs them with that setting (the same
+    CheckPool): a test cell starts its checks and the notebook goes on; a timed check runs alone."""
     import autograder
-    from autograder.notebook import run
+    from autograder.gpu.runtime import is_timed
+    from autograder.isolation.check_pool import CheckPool
+    from autograder.isolation.run import pack, run_check
 
-    checks = []
+    checks, futures = [], []
+    pool = CheckPool(parallel_checks)
 
     def timed_grade(check_id, *objects, cases=None):
-        started = time.perf_counter()
-        result = run(check_id, *objects, cases=cases)
-        checks.append({"check": check_id, "hidden": cases is not None, "passed": result.passed,
-                       "seconds": round(time.perf_counter() - started, 3),
-                       "message": "" if result.passed else result.message[:300]})
-        return result
+        payloads = pack(list(objects))  # now, as the test cell exports them: later cells may change the objects
+
+        def one_check():
+            started = time.perf_counter()
+            result = run_check(check_id, payloads, cases)
+            checks.append({"check": check_id, "hidden": cases is not None, "passed": result.passed,
+                           "seconds": round(time.perf_counter() - started, 3),
+                           "message": "" if result.passed else result.message[:300]})
+        futures.append(pool.submit(one_check, timed=is_timed(check_id)))
 
     autograder.grade = timed_grade  # the test cells' `from autograder import grade` takes this
     notebook = json.loads((ROOT / "solutions" / lesson / f"{lesson}.ipynb").read_text(encoding="utf-8"))
@@ -71,13 +79,18 @@ def child(lesson: str) -> None:
                 else "setup" if meta.get("locked") else "demo")
         cells.append({"index": index, "role": role, "grade_id": meta.get("grade_id"),
                       "seconds": round(time.perf_counter() - t0, 3), "checks": len(checks) - before})
+    pool.wait()
+    pool.close()
+    for future in futures:
+        future.result()  # a check that raised (not a verdict) stops the run here, as it did in the cell
     print("RESULT " + json.dumps({"lesson": lesson, "seconds": round(time.perf_counter() - started, 3),
                                   "cells": cells, "checks": checks}), flush=True)
 
 
-def grade_lesson(lesson: str) -> dict:
+def grade_lesson(lesson: str, parallel_checks: int = 1) -> dict:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, __file__, "--child", lesson], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, __file__, "--child", lesson, "--parallel-checks", str(parallel_checks)],
+                          cwd=ROOT, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"{lesson}: the notebook stopped ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -107,14 +120,18 @@ def bounds_tool() -> str:
 
 def table(report: dict) -> str:
     tool = report.get("bounds_tool", "compute-sanitizer")  # runs before the setting: compute-sanitizer
-    lines = [f"{report['date']}  {report['device']}", report["command"] + f"   (bounds and races: {tool})", "",
+    side_by_side = report.get("parallel_checks", 1)
+    lines = [f"{report['date']}  {report['device']}", report["command"] + f"   (bounds and races: {tool}"
+             + (f"; checks side by side, {side_by_side} at most: a check's seconds overlap others'" if side_by_side > 1
+                else "") + ")", "",
              f"{'lesson':<26}{'process':>8}{'cells':>8}{'checks':>8}  {'sanitizer':>12}{'timed':>12}{'other':>12}"]
     totals = dict(process=0.0, cells=0.0, checks=0.0, sanitizer=0.0, timed=0.0, other=0.0)
     counts = dict(sanitizer=0, timed=0, other=0)
     for lesson in report["lessons"]:
         checks = sum(c["seconds"] for c in lesson["checks"])
         split = {k: [c["seconds"] for c in lesson["checks"] if kind(c["check"]) == k] for k in counts}
-        row = dict(process=lesson["process_seconds"], cells=lesson["seconds"] - checks, checks=checks,
+        cells = sum(c["seconds"] for c in lesson["cells"] if c["role"] != "test")
+        row = dict(process=lesson["process_seconds"], cells=cells, checks=checks,
                    **{k: sum(v) for k, v in split.items()})
         for k in totals:
             totals[k] += row[k]
@@ -141,20 +158,22 @@ def main(argv=None) -> int:
     parser.add_argument("--lessons", default=",".join(LESSONS))
     parser.add_argument("--out", type=Path)
     parser.add_argument("--show", type=Path)
+    parser.add_argument("--parallel-checks", type=int, default=1,
+                        help="a notebook's checks side by side, at most N at once (IsolatedExecute.parallel_checks)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child)
+        child(args.child, args.parallel_checks)
         return 0
     if args.show:
         print(table(json.loads(args.show.read_text(encoding="utf-8"))))
         return 0
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": device(),
-              "python": platform.python_version(), "bounds_tool": bounds_tool(),
+              "python": platform.python_version(), "bounds_tool": bounds_tool(), "parallel_checks": args.parallel_checks,
               "command": "python benchmarks/gpu_grading_time.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "lessons": []}
     for number in args.lessons.split(","):
-        report["lessons"].append(grade_lesson(LESSONS[number.strip()]))
+        report["lessons"].append(grade_lesson(LESSONS[number.strip()], args.parallel_checks))
         print(f"{report['lessons'][-1]['lesson']}: {report['lessons'][-1]['process_seconds']:.1f} s", flush=True)
     report["total_seconds"] = round(sum(lesson["process_seconds"] for lesson in report["lessons"]), 3)
     print(table(report))

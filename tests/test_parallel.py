@@ -53,8 +53,10 @@ def graded(tmp_path_factory):
     serial = grading.grade_notebooks(LESSON, notebooks, base / "serial")
     folder = class_course(base / "class", notebooks)
     summary = parallel.autograde(folder, workers=2, progress=False)
+    side_by_side = grading.grade_notebooks(LESSON, notebooks, base / "side_by_side",
+                                           extra_args=("--IsolatedExecute.parallel_checks=4",))
     return {"serial": serial, "folder": folder, "summary": summary, "base": base,
-            "students": sorted(notebooks)}
+            "students": sorted(notebooks), "side_by_side": side_by_side}
 
 
 def test_parallel_scores_are_the_serial_scores(graded):
@@ -71,6 +73,16 @@ def test_parallel_scores_are_the_serial_scores(graded):
     totals = {s: sum(g.score for g in grades) for s, grades in graded["serial"].items()}
     assert totals["reference"] == 15 and totals["untouched"] == 0  # the comparison is not vacuous
     assert 0 < totals["eps_outside_root"] < 15 and 0 < totals["naive_temporaries"] < 15
+
+
+def test_checks_side_by_side_give_the_serial_scores(graded):
+    """nbgrader autograde with IsolatedExecute.parallel_checks = 4 (a notebook's checks run side by side while it
+    goes on): is every cell's score the serial one?"""
+    differ = [(student, mine.cell, mine.score, theirs.score) for student in graded["students"]
+              for mine, theirs in zip(graded["side_by_side"][student], graded["serial"][student]) if mine != theirs]
+    assert not differ, "\n".join(f"{s} {cell}: side by side {a}, serial {b}\n  side by side: "
+                                  f"{verdict(graded['base'] / 'side_by_side', s, cell)}" for s, cell, a, b in differ)
+    assert [g.cell for g in graded["side_by_side"]["reference"]] == [g.cell for g in graded["serial"]["reference"]]
 
 
 def test_the_class_course_looks_as_after_nbgrader(graded):

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from ..checks.core import CheckFailed, call_student, check, describe_case, shorten
+from ..checks.core import CheckFailed, call_student, check, describe_case, get_check, shorten
 from .allocations import AllocationSizes
 
 try:  # imported before any student code runs (the worker imports the check module first)
@@ -288,12 +288,18 @@ def gpu_check(check_id: str, *, points: float, title: str, timeout_s: float = 60
             return function(*args, **kwargs)
 
         run.on_emulator = emulator and not timed  # read by scores_without_gpu
-        run.timed = timed  # graded by its kernel's time (benchmarks/gpu_grading_time.py reads it)
+        run.timed = timed  # graded by its kernel's time: is_timed
         run.emulator_cases = emulator_cases
         return check(check_id, points=points, title=title, timeout_s=timeout_s, memory_limit_gib=None,
                      needs_gpu=True, before_payload=use_emulator_without_gpu)(run)
 
     return register
+
+
+def is_timed(check_id: str) -> bool:
+    """Whether the check is graded by its kernel's time (``gpu_check(..., timed=True)``): it runs alone
+    (:class:`autograder.isolation.check_pool.CheckPool`)."""
+    return bool(getattr(get_check(check_id).function, "timed", False))
 
 
 # --- running student kernels ---------------------------------------------------------------

@@ -37,9 +37,10 @@ from ..isolation import sandbox as sandbox_module
 from ..checks import verdicts as verdicts_module
 from .cells import GradeCall, is_test_cell, parse_grade_cell
 from ..checks.core import CheckResult, get_check, is_bonus, shorten, skipped_bonus, skipped_bonus_line
+from ..isolation.check_pool import CheckPool
 from ..isolation.run import run_check
 from ..isolation.sandboxed_kernel import KERNEL_SOCKETS, SandboxedKernelManager, use_ipc_sockets
-from ..gpu.runtime import EMULATOR_ENV
+from ..gpu.runtime import EMULATOR_ENV, is_timed
 from ..notebook import STRICT_ENV
 
 
@@ -208,6 +209,12 @@ class IsolatedExecute(Execute):
              "uses it (one warning line per run)."
     ).tag(config=True)
 
+    parallel_checks = Integer(
+        1, help="Checks of one notebook run side by side, at most this many at once, while the notebook goes on "
+                "(each in its own worker, as always); a check graded by its kernel's time runs alone. 1: one after "
+                "another (autograder/isolation/check_pool.py)."
+    ).tag(config=True)
+
     gpu_emulator = Bool(
         True, help="On a grading machine without a GPU, the GPU lessons' kernels run on the PTX emulator and its "
                    "verdicts count (True), or every check that runs a kernel fails with «нужен GPU», 0 points "
@@ -283,7 +290,16 @@ class IsolatedExecute(Execute):
         calls = [c for cell in nb.cells if is_test_cell(cell) for c in parse_grade_cell(cell.source) or []]
         uncapped = any(get_check(c.check_id).memory_limit_gib is None for c in calls)
         self._kernel_memory = None if uncapped else self.kernel_memory_limit_gib
-        return super().preprocess(nb, resources, km)
+        self._checks = CheckPool(self.parallel_checks)
+        self._graded = []  # (cell, its calls, their futures), in the notebook's order
+        try:
+            result = super().preprocess(nb, resources, km)
+            self._checks.wait()
+            for cell, calls, futures in self._graded:
+                self._write_verdicts(cell, calls, [future.result() for future in futures])
+            return result
+        finally:
+            self._checks.close()
 
     async def async_start_new_kernel(self, **kwargs):
         kwargs["cwd"] = self._kernel_start_dir
@@ -322,13 +338,21 @@ class IsolatedExecute(Execute):
             finally:
                 cell.source = source
             exported = _read_export(path)
-        results = [self._run(call, exported) for call in calls]
+        futures = [self._checks.submit(lambda call=call: self._run(call, exported), timed=is_timed(call.check_id))
+                   for call in calls]
+        if all(future.done() for future in futures) and not self._graded:
+            self._write_verdicts(cell, calls, [future.result() for future in futures])
+        else:  # written once every check has finished, in the notebook's order (_preprocess)
+            self._graded.append((cell, calls, futures))
+        return cell
+
+    @staticmethod
+    def _write_verdicts(cell, calls: list[GradeCall], results: list[CheckResult]) -> None:
         faults = [r for r in results if r.grader_fault]
         if faults:  # never a grade from a check that did not run: the submission stays ungraded
             raise GraderError(f"проверка {faults[0].check_id} не выполнена — "
                               + faults[0].message.splitlines()[0])
         cell.outputs = verdict_outputs(results, [call.hidden for call in calls])
-        return cell
 
     def output(self, outs, msg, display_id, cell_index):
         """Keep a cell's outputs below ``max_output_bytes``: a cell printing gigabytes costs the
