@@ -104,6 +104,37 @@ def variant_source() -> tuple[str, dict]:
     return body, names
 
 
+def measure_shapes(cp, torch, timer, lesson, launchers: dict) -> list[dict]:
+    """The eight SHAPES, H = 16: SDPA f16, the lesson's kernel and each candidate (``launchers[name](d)`` gives a
+    ``run(q, k, v, causal)``), each checked against SDPA's output and timed in the same run; one row per shape."""
+    rows = []
+    for H, n, d, causal in SHAPES:
+        q, k, v = (cp.random.standard_normal((H, n, d), dtype=cp.float32).astype(cp.float16) for _ in range(3))
+        flops = 4.0 * H * n * n * d / (2 if causal else 1)
+        reps = {"repeat": 5 if n >= 16384 else 10, "rounds": 5, "warmup": 3}
+        tq, tk, tv = (torch.as_tensor(a, device="cuda")[None] for a in (q, k, v))
+        sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)  # noqa: E731
+        ref = cp.asarray(sdpa()[0]).astype(cp.float32)
+        row = {"H": H, "n": n, "d": d, "causal": causal, "sdpa_f16_ms": timer(sdpa, **reps)}
+        cands = {"lesson": lambda: lesson(q, k, v, causal=causal)}
+        for name, make in launchers.items():
+            run = make(d)
+            cands[name] = (lambda run=run: run(q, k, v, causal))
+        for name, fn in cands.items():
+            try:
+                err = float(cp.max(cp.abs(fn().astype(cp.float32) - ref)))
+                ms = timer(fn, **reps)
+                row[name] = {"ms": ms, "tflops": flops / ms / 1e9, "x_sdpa": row["sdpa_f16_ms"] / ms, "err": err}
+            except Exception as e:  # noqa: BLE001 - one candidate failing leaves the others' figures
+                row[name] = {"error": repr(e)[:200]}
+        row["sdpa_f16_tflops"] = flops / row["sdpa_f16_ms"] / 1e9
+        rows.append(row)
+        print(f"done n={n} d={d} causal={causal}", flush=True)
+        del q, k, v, tq, tk, tv, ref
+        cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
 def compile_report() -> int:
     sys.path.insert(0, str(ROOT))
     from autograder.gpu.nvrtc import compile_source
@@ -162,31 +193,7 @@ def main(argv=None) -> int:
             return o
         return run
 
-    rows = []
-    for H, n, d, causal in SHAPES:
-        q, k, v = (cp.random.standard_normal((H, n, d), dtype=cp.float32).astype(cp.float16) for _ in range(3))
-        flops = 4.0 * H * n * n * d / (2 if causal else 1)
-        reps = {"repeat": 5 if n >= 16384 else 10, "rounds": 5, "warmup": 3}
-        tq, tk, tv = (torch.as_tensor(a, device="cuda")[None] for a in (q, k, v))
-        sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)  # noqa: E731
-        ref = cp.asarray(sdpa()[0]).astype(cp.float32)
-        row = {"H": H, "n": n, "d": d, "causal": causal, "sdpa_f16_ms": timer(sdpa, **reps)}
-        cands = {"lesson": lambda: lesson(q, k, v, causal=causal)}
-        for name in chosen:
-            run = launcher(name, d)
-            cands[name] = (lambda run=run: run(q, k, v, causal))
-        for name, fn in cands.items():
-            try:
-                err = float(cp.max(cp.abs(fn().astype(cp.float32) - ref)))
-                ms = timer(fn, **reps)
-                row[name] = {"ms": ms, "tflops": flops / ms / 1e9, "x_sdpa": row["sdpa_f16_ms"] / ms, "err": err}
-            except Exception as e:  # noqa: BLE001
-                row[name] = {"error": repr(e)[:200]}
-        row["sdpa_f16_tflops"] = flops / row["sdpa_f16_ms"] / 1e9
-        rows.append(row)
-        print(f"done n={n} d={d} causal={causal}", flush=True)
-        del q, k, v, tq, tk, tv, ref
-        cp.get_default_memory_pool().free_all_blocks()
+    rows = measure_shapes(cp, torch, timer, lesson, {name: (lambda d, name=name: launcher(name, d)) for name in chosen})
     result = {"command": "python benchmarks/tc_variants.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "torch": torch.__version__,
