@@ -73,3 +73,12 @@ def test_close_drops_the_checks_not_started_yet():
 def test_places_below_one_are_refused_with_a_message():
     with pytest.raises(ValueError, match="хотя бы 1"):
         CheckPool(0)
+
+
+def test_a_config_asking_for_no_checks_at_all_is_refused_when_read():
+    import traitlets
+    from autograder.nbgrader.execute import IsolatedExecute
+
+    assert IsolatedExecute(parallel_checks=4).parallel_checks == 4
+    with pytest.raises(traitlets.TraitError, match="parallel_checks = 0: нужно целое число от 1"):
+        IsolatedExecute(parallel_checks=0)

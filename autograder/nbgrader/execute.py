@@ -30,7 +30,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Enum, Float, Integer, List, Unicode
+from traitlets import Bool, Enum, Float, Integer, List, TraitError, Unicode, validate
 
 from ..isolation import leftovers, run as isolation
 from ..isolation import sandbox as sandbox_module
@@ -214,6 +214,13 @@ class IsolatedExecute(Execute):
                 "(each in its own worker, as always); a check graded by its kernel's time runs alone. 1: one after "
                 "another (autograder/isolation/check_pool.py)."
     ).tag(config=True)
+
+    @validate("parallel_checks")
+    def _at_least_one_check(self, proposal):
+        if proposal["value"] < 1:  # said when nbgrader reads the config, before any notebook
+            raise TraitError(f"IsolatedExecute.parallel_checks = {proposal['value']}: нужно целое число от 1 "
+                             "(1 — проверки ноутбука по одной, 4 — до четырёх одновременно)")
+        return proposal["value"]
 
     gpu_emulator = Bool(
         True, help="On a grading machine without a GPU, the GPU lessons' kernels run on the PTX emulator and its "
