@@ -82,3 +82,26 @@ def test_a_config_asking_for_no_checks_at_all_is_refused_when_read():
     assert IsolatedExecute(parallel_checks=4).parallel_checks == 4
     with pytest.raises(traitlets.TraitError, match="parallel_checks = 0: нужно целое число от 1"):
         IsolatedExecute(parallel_checks=0)
+
+
+def test_side_by_side_results_follow_the_serial_memo_of_functions_that_did_not_finish():
+    """One after another, a check after one whose same objects did not finish is not run (run.py's memo); side by
+    side it may have run meanwhile, and even passed (a function that hangs on one check's inputs only)."""
+    from autograder.checks.core import CheckResult
+    from autograder.isolation.run import hang_rule
+
+    def result(check_id, passed, timed_out=False):
+        return CheckResult(check_id, "t", 1, passed, "m", timed_out=timed_out)
+
+    ran = [("lesson02.zeros", "A", 8.0, result("lesson02.zeros", True)),              # before the hang: kept
+           ("lesson02.equivalence", "A", 8.0, result("lesson02.equivalence", False, timed_out=True)),
+           ("lesson02.zeros", "A", 5.0, result("lesson02.zeros", True)),              # after it: not run
+           ("lesson02.add_equivalence", "B", 8.0, result("lesson02.add_equivalence", True)),   # other objects
+           ("lesson02.not_mutated", None, 8.0, result("lesson02.not_mutated", False)),        # objects missing
+           ("lesson02.zeros", "A", 8.0, result("lesson02.zeros", False, timed_out=True))]     # hung as well
+    got = hang_rule(ran)
+    assert [r.passed for r in got] == [True, False, False, True, False, False]
+    assert got[0] is ran[0][3] and got[1] is ran[1][3] and got[3] is ran[3][3] and got[4] is ran[4][3]
+    for later in (got[2], got[5]):
+        assert later.message.startswith("Проверка не запускалась: эта же функция уже не завершилась за 8 с")
+        assert not later.timed_out and not later.grader_fault

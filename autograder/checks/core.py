@@ -80,6 +80,9 @@ class CheckResult:
     #: The grader could not run the check (its worker ended before the student's code ran): the
     #: result says nothing of the solution, so a grade must not be recorded from it.
     grader_fault: bool = False
+    #: The student's function did not finish within the check's time limit (set by the grader, never by a worker):
+    #: later checks of the same objects are failed without running (autograder/isolation/run.py, hang_rule).
+    timed_out: bool = False
 
     @property
     def score(self) -> float:

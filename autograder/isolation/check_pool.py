@@ -9,7 +9,10 @@ change is kept out:
 * a check graded by its kernel's time (``timed``) starts only when every check started before it has finished,
   and nothing else starts until it has: it runs alone, as one after another would run it (the notebook's next
   cell waits too);
-* a check's own time limit starts when its worker does, not while it waits for a place in the pool.
+* a check's own time limit starts when its worker does, not while it waits for a place in the pool;
+* one after another, a check after one whose same objects did not finish in time is not run at all (run.py's
+  memo); side by side it may have run meanwhile, so IsolatedExecute passes the results through
+  :func:`autograder.isolation.run.hang_rule` in the notebook's order before writing them.
 
 With one place (the default) every check runs at once, in the caller's thread: grading as before.
 """

@@ -64,6 +64,35 @@ _reap_children()
 _HUNG: dict[str, float] = {}
 
 
+def payload_digest(payloads: list[bytes]) -> str:
+    """The name of a check's objects in the memo of functions that did not finish (:data:`_HUNG`)."""
+    return hashlib.sha256(b"".join(payloads)).hexdigest()
+
+
+def not_run_after_hang(check_id: str, timeout: float) -> CheckResult:
+    """The verdict of a check not run because the same objects did not finish within ``timeout`` s before."""
+    check = get_check(check_id)
+    return CheckResult(check_id, check.title, check.points, False,
+                       f"Проверка не запускалась: эта же функция уже не завершилась за {timeout:g} с "
+                       "на предыдущей проверке (бесконечный цикл?).")
+
+
+def hang_rule(checks: list[tuple[str, str | None, float, CheckResult]]) -> list[CheckResult]:
+    """The results of checks that ran side by side, as one after another would have them: ``checks`` are
+    (check id, digest of its objects or None, its time limit, its result) in the notebook's order.  One after
+    another, a check after one whose same objects did not finish is not run (:data:`_HUNG`); side by side it may
+    have run meanwhile, so its result becomes that one's."""
+    hung: dict[str, float] = {}
+    results = []
+    for check_id, digest, timeout, result in checks:
+        if digest is not None and digest in hung:
+            result = not_run_after_hang(check_id, hung[digest])
+        elif digest is not None and result.timed_out:
+            hung[digest] = timeout
+        results.append(result)
+    return results
+
+
 #: The sandbox checks start in (:func:`sandboxed`); None: as plain processes.
 _SCOPE: dict = {"sandbox": None}
 
@@ -158,10 +187,9 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
     def failed(message: str) -> CheckResult:
         return CheckResult(check_id, check.title, check.points, False, message)
 
-    digest = hashlib.sha256(b"".join(payloads)).hexdigest()
+    digest = payload_digest(payloads)
     if digest in _HUNG:
-        return failed(f"Проверка не запускалась: эта же функция уже не завершилась за {_HUNG[digest]:g} с "
-                      "на предыдущей проверке (бесконечный цикл?).")
+        return not_run_after_hang(check_id, _HUNG[digest])
     box = _SCOPE["sandbox"]
     env = {**worker_environment(), "AUTOGRADER_PARENT": str(os.getpid())}
     if launcher or box is not None:  # the worker's parent is the launcher, or bubblewrap's init in the sandbox:
@@ -191,9 +219,10 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
             _kill_group(process)
             process.wait()
             _HUNG[digest] = timeout
-            return failed(f"Проверка прервана: функция не завершилась за {timeout:g} с. "
-                          "Вероятно, бесконечный цикл или слишком медленный алгоритм "
-                          "(например, цикл по элементам вместо операций над блоками).")
+            return CheckResult(check_id, check.title, check.points, False,
+                               f"Проверка прервана: функция не завершилась за {timeout:g} с. "
+                               "Вероятно, бесконечный цикл или слишком медленный алгоритм "
+                               "(например, цикл по элементам вместо операций над блоками).", timed_out=True)
         except BrokenPipeError:  # the worker died before it read the request
             process.wait()
         except fork_server.ServerGone:  # the fork server died under the check: run it again, as a plain worker

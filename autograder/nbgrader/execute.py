@@ -298,12 +298,15 @@ class IsolatedExecute(Execute):
         uncapped = any(get_check(c.check_id).memory_limit_gib is None for c in calls)
         self._kernel_memory = None if uncapped else self.kernel_memory_limit_gib
         self._checks = CheckPool(self.parallel_checks)
-        self._graded = []  # (cell, its calls, their futures), in the notebook's order
+        self._graded = []  # side by side: (cell, [(call, digest, time limit, future)]), in the notebook's order
         try:
             result = super().preprocess(nb, resources, km)
             self._checks.wait()
-            for cell, calls, futures in self._graded:
-                self._write_verdicts(cell, calls, [future.result() for future in futures])
+            ran = [(call.check_id, digest, limit, future.result())
+                   for _, entries in self._graded for call, digest, limit, future in entries]
+            verdicts = iter(isolation.hang_rule(ran))  # as one after another would have them
+            for cell, entries in self._graded:
+                self._write_verdicts(cell, [entry[0] for entry in entries], [next(verdicts) for _ in entries])
             return result
         finally:
             self._checks.close()
@@ -345,12 +348,18 @@ class IsolatedExecute(Execute):
             finally:
                 cell.source = source
             exported = _read_export(path)
-        futures = [self._checks.submit(lambda call=call: self._run(call, exported), timed=is_timed(call.check_id))
-                   for call in calls]
-        if all(future.done() for future in futures) and not self._graded:
-            self._write_verdicts(cell, calls, [future.result() for future in futures])
+        entries = []
+        for call in calls:
+            payloads = self._payloads(call, exported)
+            limit = self._time_limit(call)
+            run = (lambda payloads=payloads: payloads) if isinstance(payloads, CheckResult) else \
+                (lambda call=call, payloads=payloads, limit=limit: self._run(call, payloads, limit))
+            digest = None if isinstance(payloads, CheckResult) else isolation.payload_digest(payloads)
+            entries.append((call, digest, limit, self._checks.submit(run, timed=is_timed(call.check_id))))
+        if self._checks.places == 1:
+            self._write_verdicts(cell, calls, [entry[3].result() for entry in entries])
         else:  # written once every check has finished, in the notebook's order (_preprocess)
-            self._graded.append((cell, calls, futures))
+            self._graded.append((cell, entries))
         return cell
 
     @staticmethod
@@ -441,7 +450,8 @@ class IsolatedExecute(Execute):
         await self.async_start_new_kernel()
         await self.async_start_new_kernel_client()
 
-    def _run(self, call: GradeCall, exported: dict) -> CheckResult:
+    def _payloads(self, call: GradeCall, exported: dict) -> list[bytes] | CheckResult:
+        """The check's objects as the kernel exported them, or the failed verdict that says why they are missing."""
         check = get_check(call.check_id)
         payloads = []
         for name in call.names:
@@ -456,8 +466,14 @@ class IsolatedExecute(Execute):
             except (KeyError, TypeError, ValueError):
                 return CheckResult(check.id, check.title, check.points, False,
                                    f"Не удалось получить `{name}` из ноутбука.")
-        timeout = check.timeout_s if self.check_timeout is None else min(check.timeout_s, self.check_timeout)
-        return run_check(call.check_id, payloads, call.cases, timeout_s=timeout,
+        return payloads
+
+    def _time_limit(self, call: GradeCall) -> float:
+        check = get_check(call.check_id)
+        return check.timeout_s if self.check_timeout is None else min(check.timeout_s, self.check_timeout)
+
+    def _run(self, call: GradeCall, payloads: list[bytes], limit: float) -> CheckResult:
+        return run_check(call.check_id, payloads, call.cases, timeout_s=limit,
                          secret_dirs=self._secret_dirs, write_protected=self._write_protected)
 
 
