@@ -217,7 +217,7 @@ class IsolatedExecute(Execute):
 
     @validate("parallel_checks")
     def _at_least_one_check(self, proposal):
-        if proposal["value"] < 1:  # said when nbgrader reads the config, before any notebook
+        if proposal["value"] < 1:  # said as the preprocessor is made from the config, before the notebook runs
             raise TraitError(f"IsolatedExecute.parallel_checks = {proposal['value']}: нужно целое число от 1 "
                              "(1 — проверки ноутбука по одной, 4 — до четырёх одновременно)")
         return proposal["value"]
