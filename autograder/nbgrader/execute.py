@@ -6,7 +6,9 @@ such a cell :class:`IsolatedExecute` does not run the cell's code in the student
 asks the kernel only to serialise the named objects, runs each check in a worker process from
 the grader's own process (:mod:`autograder.isolation.run`) and writes the verdict as the cell's
 outputs.  Whatever the student's cells did to the kernel — redefined ``grade``, patched numpy
-or tracemalloc, silenced tracebacks — cannot reach the score.  Other cells run as usual.
+or tracemalloc, silenced tracebacks — cannot reach the score.  Other cells run as usual.  With
+``parallel_checks`` above 1 a test cell's checks run while the notebook goes on, and their verdicts are written in
+the notebook's order at its end, as one after another would have them (:mod:`autograder.isolation.check_pool`).
 
 The student's kernel is hardened too (:func:`autograder.isolation.guard.install_kernel` runs first in
 every kernel) and, like every check, runs in the submission's OS sandbox (:mod:`autograder.isolation.sandbox`).
