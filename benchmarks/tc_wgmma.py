@@ -1,16 +1,21 @@
 """Lesson 09's FlashAttention on Hopper's warpgroup MMA (wgmma, sm_90a): the candidate for issue 30's 400 TFLOP/s.
 
     python benchmarks/tc_wgmma.py --compile                 # NVRTC sm_90a, no GPU: registers, spills, ptxas notes
+    python benchmarks/tc_wgmma.py --emulate                 # no GPU: the selftest and the check on the PTX emulator
     python benchmarks/tc_wgmma.py --selftest                # on an sm_90 GPU: the two wgmma forms against NumPy
     python benchmarks/tc_wgmma.py [--only a,b] [--out f.json]   # check against float64 and time, 8 shapes, H = 16
 
 The kernels are benchmarks/tc_wgmma.cu (it says how they work), instantiated here per variant with the wgmma
-wrappers this module writes (one operand list per N). Nothing of it has run on a GPU yet: the PTX emulator does not
-run wgmma, so ``--selftest`` is the first thing to run on the H200. It checks each wgmma form alone (S = Q K^T with
+wrappers this module writes (one operand list per N). ``--selftest`` checks each wgmma form alone (S = Q K^T with
 both operands from 128-byte-swizzled shared memory, O += P V with P from registers and V N-major) for N = 64 and
 128, and prints which output elements differ, so that a wrong descriptor field shows as a pattern. The timing run
 then checks every variant against a float64 reference on small shapes before it times the eight shapes of
 benchmarks/tc_variants.py beside the lesson's kernel and SDPA f16, and prints tc_variants' table.
+
+``--emulate`` runs the same selftest and check on the PTX emulator (autograder/gpu/emulator/ops_wgmma.py): the
+kernels' data flow, masks, barriers and shared-memory races, under the emulator's model of wgmma (descriptor,
+swizzle and fragments as CUTLASS and the PTX ISA write them down). Only the GPU's ``--selftest`` confirms that
+model; until it has run, a pass here says the kernels agree with it.
 
 NVRTC compiles the source to PTX for compute_90a (CuPy would compile for sm_90, where wgmma does not exist); the
 driver loads that PTX (``cp.RawModule(path=...)``).
@@ -36,6 +41,7 @@ VARIANTS = {
     "wg3_bc64": (3, 128, 64),
 }
 SELFTEST_N = (64, 128)
+SELFTEST_SHARED = 64 * 1024
 ARCH = "compute_90a"
 
 
@@ -71,8 +77,9 @@ def shared_bytes(nwg: int, bc: int, d: int) -> int:
     return (64 * nwg + 4 * bc) * d * 2 + 1024
 
 
-def source(variants=None) -> str:
-    body = (ROOT / "benchmarks" / "tc_wgmma.cu").read_text(encoding="utf-8")
+def source(variants=None, cu_text=None) -> str:
+    """The module's CUDA source: tc_wgmma.cu (or ``cu_text`` in its place) with the wrappers and the kernels."""
+    body = cu_text if cu_text is not None else (ROOT / "benchmarks" / "tc_wgmma.cu").read_text(encoding="utf-8")
     head, sep, rest = body.partition("__device__ __forceinline__ void wgmma_fence()")
     text = head + wrappers() + sep + rest
     for v in variants or VARIANTS:
@@ -126,7 +133,35 @@ def load_module(cp):
     return cp.RawModule(path=str(path))
 
 
-def selftest(cp, np, module) -> bool:
+def gpu_runner(cp, module):
+    """run(kernel, grid, block, args, shared) on the GPU: NumPy arrays in ``args`` are copied to the device and
+    back; returns the arrays after the launch."""
+    def run(kernel, grid, block, args, shared):
+        function = module.get_function(kernel)
+        function.max_dynamic_shared_size_bytes = shared
+        device = [cp.asarray(a) if hasattr(a, "shape") and a.ndim else a for a in args]
+        function(grid, block, tuple(device), shared_mem=shared)
+        return [cp.asnumpy(a) for a in device if hasattr(a, "shape") and a.ndim]
+    return run
+
+
+def emulator_runner(cuda_source=None):
+    """run(...) as gpu_runner's, on the PTX emulator (of :func:`source`, or ``cuda_source``); a finding (a race, a
+    read out of bounds) raises."""
+    from autograder.gpu import emulator
+    from autograder.gpu.nvrtc import ptx
+    text = ptx(cuda_source or source(), arch=ARCH)
+
+    def run(kernel, grid, block, args, shared):
+        copies = [a.copy() if hasattr(a, "shape") and a.ndim else a for a in args]
+        result = emulator.launch(text, kernel, grid, block, copies, shared_bytes=shared)
+        if result.findings:
+            raise AssertionError(f"{kernel}: " + "; ".join(f"{f.kind}: {f.message}" for f in result.findings))
+        return [a for a in copies if hasattr(a, "shape") and a.ndim]
+    return run
+
+
+def selftest(np, run) -> bool:
     """Each wgmma form alone against NumPy; prints the differing elements' rows and columns."""
     rng = np.random.default_rng(0)
     ok = True
@@ -135,11 +170,8 @@ def selftest(cp, np, module) -> bool:
         b = rng.integers(-3, 4, (16, n)).astype(np.float16)
         want = a.astype(np.float64) @ b.astype(np.float64)
         for form, operand in (("ss", np.ascontiguousarray(b.T)), ("rs", b)):
-            c = cp.zeros((64, n), cp.float32)
-            kernel = module.get_function(f"selftest_{form}_n{n}")
-            kernel.max_dynamic_shared_size_bytes = 64 * 1024
-            kernel((1,), (128,), (cp.asarray(a), cp.asarray(operand), c), shared_mem=64 * 1024)
-            got = cp.asnumpy(c)
+            got = run(f"selftest_{form}_n{n}", (1,), (128,), [a, operand, np.zeros((64, n), np.float32)],
+                      SELFTEST_SHARED)[-1]
             bad = np.argwhere(got != want)
             ok &= not len(bad)
             print(f"selftest {form} n={n}: {'ok' if not len(bad) else f'{len(bad)} of {64 * n} wrong'}")
@@ -160,31 +192,44 @@ def reference(np, q, k, v, causal):
     return (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
 
 
-def launcher(cp, np, module, variant: str, d: int):
+def launch_arguments(np, variant: str, q, o, causal: bool):
+    """(kernel, grid, block, args, shared bytes) of one attention launch of ``variant`` over (H, n, d) arrays."""
+    H, n, d = q.shape
     nwg, bc64, bc128 = VARIANTS[variant]
-    shared = shared_bytes(nwg, bc64 if d == 64 else bc128, d)
-    kernel = module.get_function(kernel_name(variant, d))
-    kernel.max_dynamic_shared_size_bytes = shared
     br = 64 * nwg
+    return (kernel_name(variant, d), (H, (n + br - 1) // br), (128 * nwg,),
+            [q, None, None, o, np.int32(n), np.float32(1 / math.sqrt(d)), np.int32(causal)],
+            shared_bytes(nwg, bc64 if d == 64 else bc128, d))
 
+
+def launcher(cp, np, module, variant: str, d: int):
+    """An attention function of (H, n, d) CuPy arrays for the timing."""
     def run(q, k, v, causal):
-        H, n, _ = q.shape
         o = cp.empty_like(q)
-        kernel((H, (n + br - 1) // br), (128 * nwg,), (q, k, v, o, np.int32(n), np.float32(1 / math.sqrt(d)),
-               np.int32(causal)), shared_mem=shared)
+        kernel, grid, block, args, shared = launch_arguments(np, variant, q, o, causal)
+        args[1:3] = k, v
+        function = module.get_function(kernel)
+        function.max_dynamic_shared_size_bytes = shared
+        function(grid, block, tuple(args), shared_mem=shared)
         return o
     return run
 
 
-def check(cp, np, module, variants) -> dict:
-    """Max |error| against float64 on small shapes (ragged n included), per variant."""
+#: (n, d, causal) of the check: ragged n, both head sizes, both masks
+CHECK_SHAPES = ((64, 64, False), (200, 64, True), (333, 128, False), (1000, 128, True), (513, 64, False))
+
+
+def check(np, run, variants, shapes=CHECK_SHAPES) -> dict:
+    """Max |error| against float64 per variant (two heads per shape)."""
     rng = np.random.default_rng(1)
     errors = {}
     for variant in variants:
         worst = 0.0
-        for n, d, causal in ((64, 64, False), (200, 64, True), (333, 128, False), (1000, 128, True), (513, 64, False)):
+        for n, d, causal in shapes:
             q, k, v = (rng.standard_normal((2, n, d)).astype(np.float16) for _ in range(3))
-            got = cp.asnumpy(launcher(cp, np, module, variant, d)(cp.asarray(q), cp.asarray(k), cp.asarray(v), causal))
+            kernel, grid, block, args, shared = launch_arguments(np, variant, q, np.zeros_like(q), causal)
+            args[1:3] = k, v
+            got = run(kernel, grid, block, args, shared)[-1]
             for h in range(2):
                 worst = max(worst, float(np.max(np.abs(got[h].astype(np.float64) - reference(np, q[h], k[h], v[h], causal)))))
         errors[variant] = worst
@@ -195,6 +240,7 @@ def check(cp, np, module, variants) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--emulate", action="store_true", help="the selftest and the check on the PTX emulator (no GPU)")
     ap.add_argument("--selftest", action="store_true")
     ap.add_argument("--only", default=None, help="comma-separated variant names")
     ap.add_argument("--out", default=None)
@@ -202,17 +248,23 @@ def main(argv=None) -> int:
     if args.compile:
         return compile_report()
     import numpy as np
+    chosen = [v for v in VARIANTS if args.only is None or v in args.only.split(",")]
+    if args.emulate:
+        run = emulator_runner()
+        if not selftest(np, run):
+            return 1
+        check(np, run, chosen, CHECK_SHAPES[:3] + ((130, 128, True),))
+        return 0
     import torch  # before CuPy (benchmarks/decode_kernels.py says why)
     import cupy as cp
     module = load_module(cp)
-    if not selftest(cp, np, module):
+    if not selftest(np, gpu_runner(cp, module)):
         return 1
     if args.selftest:
         return 0
     from gpu_kernels import Timer, load_answers
     from tc_variants import measure_shapes, table
-    chosen = [v for v in VARIANTS if args.only is None or v in args.only.split(",")]
-    errors = check(cp, np, module, chosen)
+    errors = check(np, gpu_runner(cp, module), chosen)
     timer = Timer(cp, torch)
     lesson = load_answers("09_tensor_cores", {"cp": cp, "np": np, "math": math})["flash_attention_tc_gpu"]
     rows = measure_shapes(cp, torch, timer, lesson,

@@ -1,8 +1,11 @@
 """benchmarks/tc_wgmma.py, lesson 09's wgmma candidate (issue 30), without a GPU: NVRTC builds every kernel for
-sm_90a as the H200 would run it. Whether it computes attention is for ``--selftest`` and the timing run on the GPU:
-the PTX emulator does not run wgmma."""
+sm_90a as the H200 would run it, and the PTX emulator runs them (its wgmma model: autograder/gpu/emulator/ops_wgmma.py,
+to be confirmed by ``--selftest`` on the GPU)."""
 import importlib.util
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("tc_wgmma", ROOT / "benchmarks" / "tc_wgmma.py")
@@ -32,3 +35,47 @@ def test_the_wrappers_number_their_operands_after_the_accumulators():
     assert "{%0, %1," in text and "%31}, %32, %33, p, 1, 1, 0, 0;" in text          # ss: descriptors, no transpose
     assert "%31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;" in text                    # rs: A registers, B N-major
     assert 'setp.ne.b32 p, %34, 0' in text and 'setp.ne.b32 p, %37, 0' in text
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    return tc_wgmma.emulator_runner()
+
+
+def test_both_wgmma_forms_multiply_exactly_on_the_emulator(emulated, capsys):
+    assert tc_wgmma.selftest(np, emulated), capsys.readouterr().out
+
+
+def test_every_variant_computes_attention_on_the_emulator(emulated):
+    shapes = ((200, 64, True), (130, 128, True), (96, 128, False))  # ragged n, several K/V tiles, both masks
+    errors = tc_wgmma.check(np, emulated, list(tc_wgmma.VARIANTS), shapes)
+    assert all(e < 2e-3 for e in errors.values()), errors        # f16 output: a few of its ulps
+
+
+def test_a_wrong_swizzle_in_the_descriptors_reads_bytes_nobody_wrote():
+    body = (ROOT / "benchmarks" / "tc_wgmma.cu").read_text(encoding="utf-8")
+    wrong = body.replace("(1ull << 62)", "(2ull << 62)")            # 64-byte swizzle; the panels have 128
+    assert wrong != body
+    run = tc_wgmma.emulator_runner(tc_wgmma.source(cu_text=wrong))
+    with pytest.raises(AssertionError, match="uninitialized_shared"):
+        tc_wgmma.selftest(np, run)
+
+
+def test_a_wrong_register_fragment_gives_wrong_products(capsys):
+    body = (ROOT / "benchmarks" / "tc_wgmma.cu").read_text(encoding="utf-8")
+    wrong = body.replace("a[1] = *reinterpret_cast<const unsigned*>(a_row + 8 * 16 + 2 * t);",
+                         "a[1] = *reinterpret_cast<const unsigned*>(a_row + 8 + 2 * t);")   # row g + 8 -> column + 8
+    assert wrong != body
+    assert not tc_wgmma.selftest(np, tc_wgmma.emulator_runner(tc_wgmma.source(cu_text=wrong)))
+    out = capsys.readouterr().out
+    assert "selftest rs n=64: " in out and "wrong rows" in out and "selftest ss n=64: ok" in out
+
+
+def test_a_missing_barrier_before_the_wgmma_is_caught():
+    body = (ROOT / "benchmarks" / "tc_wgmma.cu").read_text(encoding="utf-8")
+    head, sep, tail = body.partition("void selftest_ss(")
+    racy = head + sep + tail.replace("    __syncthreads();\n", "", 1)  # selftest_ss reads other threads' copies
+    assert racy != body
+    run = tc_wgmma.emulator_runner(tc_wgmma.source(cu_text=racy))
+    with pytest.raises(AssertionError, match="race|cp_async"):
+        tc_wgmma.selftest(np, run)

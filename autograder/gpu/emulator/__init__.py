@@ -64,6 +64,9 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
 * Uninitialised reads are tracked in shared memory only (not registers, not ``.local``); shared bytes nobody wrote
   read as 0xFF (NaN for floats).
 * Registers declared in nested ``{ }`` scopes (inline assembly) share one flat namespace.
+* ``wgmma`` (sm_90a; no lesson uses it, benchmarks/tc_wgmma.cu does): m64nNk16 with f32 accumulation, A from shared
+  memory or registers, B from shared memory, run at once when the whole warpgroup has arrived (``ops_wgmma`` says
+  what it assumes; the descriptor and layout model is not yet confirmed on a GPU).
 * Not implemented (a clean ``unsupported`` finding): ``call`` (printf, non-inlined functions), ``.const`` and
   module-level ``.global`` variables, textures, ``cp.async.bulk``, named barriers with a thread count, ``%clock``;
   ``mma`` shapes and types beyond m16n8k8/m16n8k16 f16/bf16 (m16n8k8 tf32) and m8n8k16 s8/u8 (m16n8k4 tf32,
@@ -73,7 +76,7 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
 
 Modules: ``ptx`` (reading PTX), ``program`` (instructions -> closures, built when first reached; the opcode
 registry), ``ops_*`` (one builder per opcode family; ``ops_half`` f16/bf16 arithmetic, ``ops_tensor`` mma and
-ldmatrix), ``rounding`` (exact float rounding, the narrow formats), ``memory`` (global arena,
+ldmatrix, ``ops_wgmma`` Hopper's warpgroup MMA), ``rounding`` (exact float rounding, the narrow formats), ``memory`` (global arena,
 shared memory with shadow state, local memory), ``machine`` (lanes, divergence, barriers, collectives; its
 docstring has the execution rule and the cost model), ``fusion`` (straight stretches of f32 arithmetic and shared
 loads run a data-flow level at a time: the closures' bits and findings, or a fallback to them), ``findings``.
@@ -91,7 +94,7 @@ import gc
 import numpy as np
 
 from . import (ops_async, ops_control, ops_convert, ops_float, ops_half, ops_integer, ops_memory,  # noqa: F401
-               ops_tensor)  # (builders)
+               ops_tensor, ops_wgmma)  # (builders)
 from .errors import Unsupported
 from .findings import Finding
 from .machine import MAX_ISSUES, Machine, Result
