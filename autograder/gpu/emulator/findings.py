@@ -14,7 +14,8 @@ branch on.  Kinds:
 * ``barrier_after_exit`` — ``__syncthreads()`` waited for by some threads while others of the block returned;
 * ``partial_warp_collective`` — a warp-wide operation (``__shfl_sync``, ``__ballot_sync``, ``__syncwarp``) not
   reached by every lane of its mask, a shuffle reading a lane that does not take part, or ``mma.sync`` /
-  ``ldmatrix`` executed by a warp with lanes missing;
+  ``ldmatrix`` executed by a warp with lanes missing, ``wgmma`` by a warpgroup with threads missing;
+* ``wgmma_operand`` — a wgmma whose descriptor or scale-d predicate differs between threads of one warpgroup;
 * ``timeout`` — the kernel did not finish within the instruction budget (an endless loop?).
 """
 from __future__ import annotations

@@ -5,10 +5,13 @@ No lesson uses it; it is here so that benchmarks/tc_wgmma.cu (issue 30's candida
 run on the CPU: its data flow, masks, pipeline barriers and shared-memory races.  What the emulator assumes and the
 GPU has not confirmed yet (``python benchmarks/tc_wgmma.py --selftest`` on an sm_90 GPU is the arbiter):
 
-* The operation runs when the whole warpgroup (four consecutive warps, threads 128w .. 128w + 127 of a block whose
-  size is a multiple of 128) has arrived, at once: its result is in the registers at once, so fence, commit_group
-  and wait_group do nothing.  A kernel that reads an accumulator before wait_group, or writes shared memory that a
-  wgmma in flight still reads, is not caught.  ``fence.proxy.async`` is not checked either.
+* wgmma.mma_async, commit_group and wait_group run when the whole warpgroup (four consecutive warps, threads
+  128w .. 128w + 127 of a block whose size is a multiple of 128) has arrived.  The MMA reads its operands at once
+  (so a write to shared memory that a wgmma in flight still reads is not caught), and its result lands in the
+  destination registers only when a wait_group retires its commit group; until then they hold :data:`POISON` (a
+  NaN), so a kernel that reads an accumulator before its wait computes NaN.  A later wgmma of the same warpgroup
+  that accumulates into registers still in flight reads the pending values (the PTX ISA allows that chain).
+  ``wgmma.fence`` and ``fence.proxy.async`` are not checked.
 * Shared-memory operands follow the matrix descriptor of the PTX ISA (start address, leading and stride byte
   offsets, each >> 4; swizzle mode in bits 62-63: 1 = 128 B, 2 = 64 B, 3 = 32 B) and the canonical layouts CUTLASS
   writes down (cute/atom/mma_traits_sm90_gmma.hpp, in 16-byte units, T = 8 halves):
@@ -33,6 +36,8 @@ from .ops_tensor import ALIGN_BITS, _decode, _encode, accumulate_f32  # noqa: F4
 from .program import COLLECTIVE, PLAIN, Op, opcode
 
 WARPGROUP = 128
+#: what an accumulator register holds while its wgmma is in flight: a quiet NaN
+POISON = np.uint32(0x7FC0BAD0)
 _LANE = np.arange(WARPGROUP)
 _WARP, _GROUP, _THREAD = _LANE >> 5, (_LANE & 31) >> 2, _LANE & 3
 #: swizzle mode field -> 16-byte chunks per swizzled row (W); 0: no swizzle
@@ -102,6 +107,62 @@ def _uniform(values: np.ndarray, what: str, machine, ins, lanes) -> np.ndarray:
     return v[:, 0]
 
 
+class InFlight:
+    """The wgmma results of one chunk of blocks not yet retired by a wait_group, per warpgroup (lanes // 128)."""
+
+    def __init__(self, lanes: int):
+        self.open: dict = {}        # warpgroup -> {register name: setter} of wgmmas not yet committed
+        self.committed: dict = {}   # warpgroup -> [{register name: setter}, ...], oldest first
+        self.values: dict = {}      # register name -> (lanes,) uint32 results
+        self.pending: dict = {}     # register name -> (lanes,) bool: its result has not landed
+        self.lanes = lanes
+
+    def issue(self, groups, name: str, setter, lanes, words):
+        """A wgmma of the warpgroups ``groups`` (their ``lanes``) writes ``words`` into register ``name``."""
+        if name not in self.values:
+            self.values[name] = np.zeros(self.lanes, dtype=np.uint32)
+            self.pending[name] = np.zeros(self.lanes, dtype=bool)
+        self.values[name][lanes] = words
+        self.pending[name][lanes] = True
+        for group in groups:
+            self.open.setdefault(int(group), {})[name] = setter
+
+    def current(self, name: str, lanes, words):
+        """The registers' words for the lanes, with the results still in flight in their place."""
+        if name not in self.pending:
+            return words
+        return np.where(self.pending[name][lanes], self.values[name][lanes], words)
+
+    def commit(self, group: int):
+        self.committed.setdefault(group, []).append(self.open.pop(group, {}))
+
+    def wait(self, group: int, keep: int, machine):
+        """Retire the oldest commit groups of ``group`` until ``keep`` remain: their results land, except in a
+        register a later group in flight writes again (it stays poisoned until that one lands)."""
+        queue = self.committed.get(group, [])
+        lanes = group * WARPGROUP + np.arange(WARPGROUP)
+        mask = np.zeros(machine.L, dtype=bool)
+        mask[lanes] = True
+        while len(queue) > keep:
+            retired = queue.pop(0)
+            later = set(self.open.get(group, {})).union(*queue) if queue else set(self.open.get(group, {}))
+            for name, setter in retired.items():
+                if name in later:
+                    continue
+                full = np.zeros(machine.L, dtype=np.uint32)
+                full[lanes] = self.values[name][lanes]
+                setter(full, mask)
+                self.pending[name][lanes] = False
+
+
+def in_flight(machine) -> InFlight:
+    """The chunk's :class:`InFlight` (a new one when the machine has moved to the next chunk of blocks)."""
+    state = getattr(machine, "wgmma_in_flight", None)
+    if state is None or state[0] != machine.chunk_start:
+        state = machine.wgmma_in_flight = (machine.chunk_start, InFlight(machine.L))
+    return state[1]
+
+
 @opcode("wgmma")
 def build_wgmma(ins, c):
     parts = ins.parts[1:]
@@ -109,7 +170,21 @@ def build_wgmma(ins, c):
     if parts[:1] in (("fence",), ("commit_group",), ("wait_group",)):
         if parts[1:] != ("sync", "aligned"):
             raise Unsupported("wgmma." + ".".join(parts))
-        return Op(PLAIN, lambda m: None)  # the MMA itself completes at once (module docstring)
+        if parts[0] == "fence":
+            return Op(PLAIN, lambda m: None)
+        if parts[0] == "wait_group" and (len(ins.operands) != 1 or ins.operands[0].kind != "imm"):
+            raise Unsupported("wgmma.wait_group without an immediate count")
+        keep = int(ins.operands[0].value) if parts[0] == "wait_group" else 0
+
+        def group_op(mask):
+            state = in_flight(machine)
+            for group in _whole_warpgroups(machine, mask, ins)[::WARPGROUP] // WARPGROUP:
+                if parts[0] == "commit_group":
+                    state.commit(int(group))
+                else:
+                    state.wait(int(group), keep, machine)
+        return Op(COLLECTIVE, group_op, ready=lambda part: _ready(machine, part),
+                  member=lambda: np.uint32(0xFFFFFFFF))
     if parts[:3] != ("mma_async", "sync", "aligned") or len(parts) != 7:
         raise Unsupported("wgmma." + ".".join(parts))
     shape, dtype, atype, btype = parts[3:]
@@ -131,6 +206,7 @@ def build_wgmma(ins, c):
     trans_b = int(ops[-1].value)
     d_set = [c.dst(o, "b32") for o in ops[0].items]
     d_get = [c.src(o, "b32") for o in ops[0].items]
+    d_names = [o.value for o in ops[0].items]
     if a_in_registers:
         if len(ops[1].items) != 4:
             raise Unsupported("wgmma A from registers needs 4 registers")
@@ -179,17 +255,21 @@ def build_wgmma(ins, c):
                         not trans_a, lanes, groups)
         A, B = A * scale_a, np.swapaxes(B, 1, 2) * scale_b  # (G, 64, 16), (G, 16, N)
         keep = _uniform(per_lane(scale_d, lanes).astype(bool), "предикат scale-d", machine, ins, lanes)
-        words = np.stack([per_lane(g, lanes).reshape(-1, WARPGROUP) for g in d_get], axis=1)  # (G, N/2, 128)
+        state = in_flight(machine)
+        words = np.stack([state.current(name, lanes, per_lane(g, lanes)).reshape(-1, WARPGROUP)
+                          for name, g in zip(d_names, d_get)], axis=1)  # (G, N/2, 128)
         C = np.zeros((len(groups), 64, N))
         C[:, layout_d[..., 0].reshape(-1), layout_d[..., 1].reshape(-1)] = \
             _decode(words.astype(np.uint64), "f32").reshape(len(groups), -1)
         C[~keep] = 0.0
         D = _encode(accumulate_f32(A, B, C), "f32")  # (G, 64, N) bits
         out = D[:, layout_d[..., 0], layout_d[..., 1]]  # (G, N/2, 128)
-        for r, s in enumerate(d_set):
-            full = np.zeros(machine.L, dtype=np.uint32)
-            full[lanes] = out[:, r].reshape(-1)
-            s(full, mask)
+        poison = np.full(machine.L, POISON, dtype=np.uint32)
+        issued = np.zeros(machine.L, dtype=bool)
+        issued[lanes] = True
+        for r, (name, s) in enumerate(zip(d_names, d_set)):
+            state.issue(groups, name, s, lanes, out[:, r].reshape(-1))
+            s(poison, issued)
     return Op(COLLECTIVE, run, ready=lambda part: _ready(machine, part), member=lambda: np.uint32(0xFFFFFFFF))
 
 
