@@ -12,8 +12,9 @@
 // after the other, each 1024-byte aligned. S = Q K^T reads Q and K K-major from shared memory (both descriptors);
 // O += P V takes P from registers (the S accumulators converted to f16 are exactly wgmma's A fragments) and V
 // N-major (imm-trans-b = 1) from the same kind of panels.
-// K/V tiles of BC rows stream through STAGES = 2 buffers with cp.async: tile j + 1 is requested at the top of
-// tile j, one barrier per tile.
+// K/V tiles of BC rows stream through shared memory with cp.async: tile j + 1 is requested at the top of tile j,
+// one barrier per tile. flash_wgmma runs the two products and the softmax one after another; flash_wgmma_overlap
+// runs the softmax of tile j while O += P V of tile j - 1 is in flight (FlashAttention-3's intra-warpgroup overlap).
 #define NEG_INF (-__int_as_float(0x7f800000))
 typedef unsigned short f16;
 typedef unsigned long long u64;
@@ -42,12 +43,22 @@ __device__ __forceinline__ u64 descriptor(unsigned address, unsigned leading, un
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait()   // until at most N committed groups are in flight
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
 // keeps the compiler from moving reads or writes of accumulator registers across a wgmma fence or wait
 template <int R> __device__ __forceinline__ void fence_registers(float (&r)[R])
 {
 #pragma unroll
     for (int i = 0; i < R; ++i) asm volatile("" : "+f"(r[i]) :: "memory");
+}
+template <int K> __device__ __forceinline__ void fence_fragments(unsigned (&r)[K][4])
+{
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j]) :: "memory");
 }
 
 __device__ __forceinline__ void copy16(unsigned dst, const f16* src, bool valid)
@@ -74,27 +85,136 @@ __device__ __forceinline__ void load_panels(unsigned tile, const f16* src, int r
     }
 }
 
+// S = Q K^T of one warpgroup's 64 rows and a K tile of BCT keys at Kt: D / 16 k-steps, a k-step 32 bytes into a
+// panel (four per panel); issued and committed, not waited for.
+template <int D, int BCT, int BR>
+__device__ __forceinline__ void issue_scores(float (&s)[BCT / 2], unsigned Qs, unsigned Kt, int wg)
+{
+    wgmma_fence();
+    fence_registers(s);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const unsigned k_bytes = (kk & 3) * 32;
+        const u64 a = descriptor(Qs + (kk >> 2) * (BR * 128) + wg * 64 * 128 + k_bytes, 16, 1024);
+        const u64 b = descriptor(Kt + (kk >> 2) * (BCT * 128) + k_bytes, 16, 1024);
+        wgmma_ss<BCT>(s, a, b, kk > 0);
+    }
+    wgmma_commit();
+}
+
+// O += P V with P in registers and a V tile of BCT keys at Vt: BCT / 16 k-steps of 16 keys = 2048 bytes of a V
+// panel; V's D / 64 panels are BCT * 128 apart. Issued and committed, not waited for.
+template <int D, int BCT>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&p)[BCT / 16][4], unsigned Vt)
+{
+    wgmma_fence();
+    fence_registers(o);
+#pragma unroll
+    for (int kk = 0; kk < BCT / 16; ++kk)
+        wgmma_rs<D>(o, p[kk], descriptor(Vt + kk * 16 * 128, BCT * 128, 1024));
+    wgmma_commit();
+}
+
+// The online softmax of one tile's scores: masks (keys past n, and with `causal` keys after the row) where `edge`,
+// the rows' running max m and sum l (rows a: registers 4j, 4j + 1; b: 4j + 2, 4j + 3; a quad's four lanes share a
+// row), P as wgmma A fragments, and the factors the O accumulators must be rescaled by.
+// The scores are masked into a copy: writing the accumulator registers of a wgmma while another is in flight
+// makes ptxas serialise every wgmma of the kernel (its warning C7515).
+template <int BCT>
+__device__ __forceinline__ void softmax_tile(const float (&scores)[BCT / 2], unsigned (&p)[BCT / 16][4], int kv0,
+                                             int n, int causal, bool edge, int row_a, int row_b, float sl, float& m_a,
+                                             float& m_b, float& l_a, float& l_b, float& corr_a, float& corr_b)
+{
+    constexpr int SN = BCT / 8;
+    const int t = threadIdx.x & 3;
+    float s[BCT / 2];
+#pragma unroll
+    for (int i = 0; i < BCT / 2; ++i) s[i] = scores[i];
+    if (edge) {
+#pragma unroll
+        for (int jt = 0; jt < SN; ++jt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = kv0 + 8 * jt + 2 * t + e;
+                if (col >= n || (causal && col > row_a)) s[4 * jt + e] = NEG_INF;
+                if (col >= n || (causal && col > row_b)) s[4 * jt + 2 + e] = NEG_INF;
+            }
+    }
+    float mx_a = NEG_INF, mx_b = NEG_INF;
+#pragma unroll
+    for (int jt = 0; jt < SN; ++jt) {
+        mx_a = fmaxf(mx_a, fmaxf(s[4 * jt], s[4 * jt + 1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[4 * jt + 2], s[4 * jt + 3]));
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+    }
+    const float new_a = fmaxf(m_a, mx_a * sl), new_b = fmaxf(m_b, mx_b * sl);   // finite: key 0 <= every row
+    corr_a = fast_exp2(m_a - new_a);
+    corr_b = fast_exp2(m_b - new_b);
+    m_a = new_a; m_b = new_b;
+    l_a *= corr_a; l_b *= corr_b;
+#pragma unroll
+    for (int jt = 0; jt < SN; ++jt) {
+        const float p0 = fast_exp2(fmaf(s[4 * jt], sl, -new_a)), p1 = fast_exp2(fmaf(s[4 * jt + 1], sl, -new_a));
+        const float p2 = fast_exp2(fmaf(s[4 * jt + 2], sl, -new_b)), p3 = fast_exp2(fmaf(s[4 * jt + 3], sl, -new_b));
+        l_a += p0 + p1; l_b += p2 + p3;
+        p[jt >> 1][(jt & 1) * 2] = pack_f16x2(p0, p1);       // A fragment of k-step jt / 2: rows a, then b,
+        p[jt >> 1][(jt & 1) * 2 + 1] = pack_f16x2(p2, p3);   // columns 2t (+1), then 8 + 2t (+1)
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void rescale(float (&o)[D / 2], float corr_a, float corr_b)
+{
+#pragma unroll
+    for (int jt = 0; jt < D / 8; ++jt) {
+        o[4 * jt] *= corr_a; o[4 * jt + 1] *= corr_a;
+        o[4 * jt + 2] *= corr_b; o[4 * jt + 3] *= corr_b;
+    }
+}
+
+// O / l of rows a and b into the output (rows past n are not written)
+template <int D>
+__device__ __forceinline__ void store_rows(f16* O, const float (&o)[D / 2], float l_a, float l_b, int row_a,
+                                           int row_b, int n)
+{
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+        l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
+        l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+    }
+    const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+#pragma unroll
+    for (int jt = 0; jt < D / 8; ++jt) {
+        const int col = 8 * jt + 2 * t;
+        if (row_a < n) *reinterpret_cast<unsigned*>(O + (size_t)row_a * D + col) = pack_f16x2(o[4 * jt] * inv_a, o[4 * jt + 1] * inv_a);
+        if (row_b < n) *reinterpret_cast<unsigned*>(O + (size_t)row_b * D + col) = pack_f16x2(o[4 * jt + 2] * inv_b, o[4 * jt + 3] * inv_b);
+    }
+}
+
+// The plain kernel: per tile S = Q K^T, wait, softmax, O += P V, wait. K/V tiles in two stages (K0 K1 V0 V1).
 template <int D, int BCT, int NWG>
 __device__ __forceinline__ void flash_wgmma(const f16* __restrict__ Q, const f16* __restrict__ K,
                                             const f16* __restrict__ V, f16* __restrict__ O,
                                             int n, float scale, int causal)
 {
-    constexpr int BR = 64 * NWG, NT = 128 * NWG, SN = BCT / 8, ON = D / 8;
+    constexpr int BR = 64 * NWG, NT = 128 * NWG;
+    constexpr unsigned TILE = BCT * D * 2;
     extern __shared__ __align__(1024) unsigned char shared_bytes[];
     const unsigned base = (smem_address(shared_bytes) + 1023) & ~1023u;   // panels 1024-byte aligned
-    const unsigned Qs = base;
-    const unsigned Ks = Qs + BR * D * 2;                 // STAGES = 2 K tiles, then 2 V tiles
-    const unsigned Vs = Ks + 2 * BCT * D * 2;
-    constexpr unsigned TILE = BCT * D * 2;
+    const unsigned Qs = base, Ks = Qs + BR * D * 2, Vs = Ks + 2 * TILE;
 
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;    // the longest causal rows first
     const size_t head = (size_t)blockIdx.x * n * D;
     Q += head; K += head; V += head; O += head;
     const float sl = scale * 1.4426950408889634f;        // scores in log2 units: exp(x s) = 2^(x s log2 e)
-    const int row_a = q0 + 64 * wg + 16 * warp + g, row_b = row_a + 8;
-    const int wg_last_row = q0 + 64 * wg + 63;
+    const int row_a = q0 + 64 * wg + 16 * warp + (lane >> 2), row_b = row_a + 8;
+    const int wg_first_row = q0 + 64 * wg, wg_last_row = wg_first_row + 63;
 
     const int kv_end = causal ? min(n, q0 + BR) : n;
     const int tiles = (kv_end + BCT - 1) / BCT;
@@ -103,9 +223,9 @@ __device__ __forceinline__ void flash_wgmma(const f16* __restrict__ Q, const f16
     load_panels<D, NT, BCT>(Vs, V, 0, n);
     commit_copies();
 
-    float o[ON * 4];
+    float o[D / 2];
 #pragma unroll
-    for (int i = 0; i < ON * 4; ++i) o[i] = 0.0f;
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
     float m_a = NEG_INF, m_b = NEG_INF, l_a = 0.0f, l_b = 0.0f;
 
     for (int j = 0; j < tiles; ++j) {
@@ -120,88 +240,113 @@ __device__ __forceinline__ void flash_wgmma(const f16* __restrict__ Q, const f16
         }
         const int kv0 = j * BCT;
         if (causal && kv0 > wg_last_row) continue;   // the whole tile is above this warpgroup's diagonal
-        const unsigned Kt = Ks + (j & 1) * TILE, Vt = Vs + (j & 1) * TILE;
-
-        // S = Q K^T: D / 16 k-steps; a k-step is 32 bytes into a panel, four per panel
-        float s[SN * 4];
-        wgmma_fence();
+        float s[BCT / 2];
+        issue_scores<D, BCT, BR>(s, Qs, Ks + (j & 1) * TILE, wg);
+        wgmma_wait<0>();
         fence_registers(s);
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const unsigned k_bytes = (kk & 3) * 32;
-            const u64 a = descriptor(Qs + (kk >> 2) * (BR * 128) + wg * 64 * 128 + k_bytes, 16, 1024);
-            const u64 b = descriptor(Kt + (kk >> 2) * (BCT * 128) + k_bytes, 16, 1024);
-            wgmma_ss<BCT>(s, a, b, kk > 0);
-        }
-        wgmma_commit();
-        wgmma_wait_all();
-        fence_registers(s);
-
-        // masks: keys past n, and (causal) keys after the row
-        if (kv0 + BCT > n || (causal && kv0 + BCT - 1 > q0 + 64 * wg)) {
-#pragma unroll
-            for (int jt = 0; jt < SN; ++jt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int col = kv0 + 8 * jt + 2 * t + e;
-                    if (col >= n || (causal && col > row_a)) s[4 * jt + e] = NEG_INF;
-                    if (col >= n || (causal && col > row_b)) s[4 * jt + 2 + e] = NEG_INF;
-                }
-        }
-        // online softmax of rows a (registers 4j, 4j + 1) and b (4j + 2, 4j + 3); the quad's four lanes share a row
-        float mx_a = NEG_INF, mx_b = NEG_INF;
-#pragma unroll
-        for (int jt = 0; jt < SN; ++jt) {
-            mx_a = fmaxf(mx_a, fmaxf(s[4 * jt], s[4 * jt + 1]));
-            mx_b = fmaxf(mx_b, fmaxf(s[4 * jt + 2], s[4 * jt + 3]));
-        }
-#pragma unroll
-        for (int off = 1; off <= 2; off <<= 1) {
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-        }
-        const float new_a = fmaxf(m_a, mx_a * sl), new_b = fmaxf(m_b, mx_b * sl);   // finite: key 0 <= every row
-        const float corr_a = fast_exp2(m_a - new_a), corr_b = fast_exp2(m_b - new_b);
-        m_a = new_a; m_b = new_b;
-        l_a *= corr_a; l_b *= corr_b;
         unsigned p[BCT / 16][4];
-#pragma unroll
-        for (int jt = 0; jt < SN; ++jt) {
-            const float p0 = fast_exp2(fmaf(s[4 * jt], sl, -new_a)), p1 = fast_exp2(fmaf(s[4 * jt + 1], sl, -new_a));
-            const float p2 = fast_exp2(fmaf(s[4 * jt + 2], sl, -new_b)), p3 = fast_exp2(fmaf(s[4 * jt + 3], sl, -new_b));
-            l_a += p0 + p1; l_b += p2 + p3;
-            p[jt >> 1][(jt & 1) * 2] = pack_f16x2(p0, p1);       // A fragment of k-step jt / 2: rows a, then b,
-            p[jt >> 1][(jt & 1) * 2 + 1] = pack_f16x2(p2, p3);   // columns 2t (+1), then 8 + 2t (+1)
-        }
-#pragma unroll
-        for (int jt = 0; jt < ON; ++jt) {
-            o[4 * jt] *= corr_a; o[4 * jt + 1] *= corr_a;
-            o[4 * jt + 2] *= corr_b; o[4 * jt + 3] *= corr_b;
-        }
-
-        // O += P V: BC / 16 k-steps of 16 keys = 2048 bytes of a V panel; V's D / 64 panels are BC * 128 apart
-        wgmma_fence();
-        fence_registers(o);
-#pragma unroll
-        for (int kk = 0; kk < BCT / 16; ++kk)
-            wgmma_rs<D>(o, p[kk], descriptor(Vt + kk * 16 * 128, BCT * 128, 1024));
-        wgmma_commit();
-        wgmma_wait_all();
+        float corr_a, corr_b;
+        softmax_tile<BCT>(s, p, kv0, n, causal, kv0 + BCT > n || (causal && kv0 + BCT - 1 > wg_first_row),
+                          row_a, row_b, sl, m_a, m_b, l_a, l_b, corr_a, corr_b);
+        rescale<D>(o, corr_a, corr_b);
+        issue_pv<D, BCT>(o, p, Vs + (j & 1) * TILE);
+        wgmma_wait<0>();
         fence_registers(o);
     }
+    store_rows<D>(O, o, l_a, l_b, row_a, row_b, n);
+}
 
+// FlashAttention-3's intra-warpgroup overlap: the softmax of tile j runs while O += P(j-1) V(j-1) is in flight.
+// Per tile: issue S(j) = Q K(j)^T, issue O += P(j-1) V(j-1), wait for S(j) (one group may stay in flight), softmax
+// of S(j) into a second set of P registers, wait for O, rescale it. K tiles in two stages, V tiles in three (V(j-1)
+// is read while V(j+1) lands), one barrier per tile as in the plain kernel.
+template <int D, int BCT, int NWG>
+__device__ __forceinline__ void flash_wgmma_overlap(const f16* __restrict__ Q, const f16* __restrict__ K,
+                                                    const f16* __restrict__ V, f16* __restrict__ O,
+                                                    int n, float scale, int causal)
+{
+    constexpr int BR = 64 * NWG, NT = 128 * NWG;
+    constexpr unsigned TILE = BCT * D * 2;
+    extern __shared__ __align__(1024) unsigned char shared_bytes[];
+    const unsigned base = (smem_address(shared_bytes) + 1023) & ~1023u;
+    const unsigned Qs = base, Ks = Qs + BR * D * 2, Vs = Ks + 2 * TILE;
+
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;
+    const size_t head = (size_t)blockIdx.x * n * D;
+    Q += head; K += head; V += head; O += head;
+    const float sl = scale * 1.4426950408889634f;
+    const int row_a = q0 + 64 * wg + 16 * warp + (lane >> 2), row_b = row_a + 8;
+    const int wg_first_row = q0 + 64 * wg, wg_last_row = wg_first_row + 63;
+
+    const int kv_end = causal ? min(n, q0 + BR) : n;
+    const int tiles = (kv_end + BCT - 1) / BCT;
+    const int wg_tiles = causal ? min(tiles, wg_last_row / BCT + 1) : tiles;   // tiles this warpgroup needs
+    load_panels<D, NT, BR>(Qs, Q, q0, n);
+    load_panels<D, NT, BCT>(Ks, K, 0, n);
+    load_panels<D, NT, BCT>(Vs, V, 0, n);
+    commit_copies();
+
+    float o[D / 2];
 #pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-        l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
-        l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    float m_a = NEG_INF, m_b = NEG_INF, l_a = 0.0f, l_b = 0.0f, corr_a, corr_b;
+    float s[BCT / 2];
+    unsigned p[BCT / 16][4];
+
+    wait_copies();
+    fence_async_proxy();
+    __syncthreads();
+    if (tiles > 1) {
+        load_panels<D, NT, BCT>(Ks + TILE, K, BCT, n);
+        load_panels<D, NT, BCT>(Vs + TILE, V, BCT, n);
+        commit_copies();
     }
-    const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+    issue_scores<D, BCT, BR>(s, Qs, Ks, wg);
+    wgmma_wait<0>();
+    fence_registers(s);
+    softmax_tile<BCT>(s, p, 0, n, causal, BCT > n || (causal && BCT - 1 > wg_first_row), row_a, row_b, sl,
+                      m_a, m_b, l_a, l_b, corr_a, corr_b);   // O is zero: nothing to rescale
+
+    for (int j = 1; j < tiles; ++j) {
+        wait_copies();          // tile j has landed (this thread's copies, then everyone's)
+        fence_async_proxy();
+        __syncthreads();        // and every warpgroup is done with K(j - 1) and V(j - 2)
+        if (j + 1 < tiles) {
+            load_panels<D, NT, BCT>(Ks + ((j + 1) & 1) * TILE, K, (j + 1) * BCT, n);
+            load_panels<D, NT, BCT>(Vs + ((j + 1) % 3) * TILE, V, (j + 1) * BCT, n);
+            commit_copies();
+        }
+        if (j - 1 >= wg_tiles) continue;             // past this warpgroup's diagonal: nothing left to do
+        const int kv0 = j * BCT;
+        const bool scores = j < wg_tiles;
+        if (scores) issue_scores<D, BCT, BR>(s, Qs, Ks + (j & 1) * TILE, wg);
+        issue_pv<D, BCT>(o, p, Vs + ((j - 1) % 3) * TILE);
+        if (scores) {
+            wgmma_wait<1>();                          // S(j) is in; O += P(j-1) V(j-1) may still run
+            fence_registers(s);
+            unsigned p_next[BCT / 16][4];
+            softmax_tile<BCT>(s, p_next, kv0, n, causal, kv0 + BCT > n || (causal && kv0 + BCT - 1 > wg_first_row),
+                              row_a, row_b, sl, m_a, m_b, l_a, l_b, corr_a, corr_b);
+            wgmma_wait<0>();
+            fence_registers(o);
+            fence_fragments(p);
+            rescale<D>(o, corr_a, corr_b);
 #pragma unroll
-    for (int jt = 0; jt < ON; ++jt) {
-        const int col = 8 * jt + 2 * t;
-        if (row_a < n) *reinterpret_cast<unsigned*>(O + (size_t)row_a * D + col) = pack_f16x2(o[4 * jt] * inv_a, o[4 * jt + 1] * inv_a);
-        if (row_b < n) *reinterpret_cast<unsigned*>(O + (size_t)row_b * D + col) = pack_f16x2(o[4 * jt + 2] * inv_b, o[4 * jt + 3] * inv_b);
+            for (int kk = 0; kk < BCT / 16; ++kk)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) p[kk][r] = p_next[kk][r];
+        } else {
+            wgmma_wait<0>();
+            fence_registers(o);
+        }
     }
+    if (wg_tiles == tiles) {                          // the last tile's O += P V
+        issue_pv<D, BCT>(o, p, Vs + ((tiles - 1) % 3) * TILE);
+        wgmma_wait<0>();
+        fence_registers(o);
+    }
+    store_rows<D>(O, o, l_a, l_b, row_a, row_b, n);
 }
 
 // Checks of the two wgmma forms alone (benchmarks/tc_wgmma.py --selftest): C (64 x N, f32) = A (64 x 16) B with
@@ -235,7 +380,7 @@ __device__ __forceinline__ void selftest_ss(const f16* A, const f16* Bt, float* 
     fence_registers(c);
     wgmma_ss<N>(c, descriptor(As, 16, 1024), descriptor(Bs, 16, 1024), 0);
     wgmma_commit();
-    wgmma_wait_all();
+    wgmma_wait<0>();
     fence_registers(c);
     selftest_store<N>(C, c);
 }
@@ -264,7 +409,7 @@ __device__ __forceinline__ void selftest_rs(const f16* A, const f16* B, float* C
     fence_registers(c);
     wgmma_rs<N>(c, a, descriptor(base, 16 * 128, 1024));
     wgmma_commit();
-    wgmma_wait_all();
+    wgmma_wait<0>();
     fence_registers(c);
     selftest_store<N>(C, c);
 }

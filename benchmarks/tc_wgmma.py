@@ -34,11 +34,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-#: name: (warpgroups per block, keys per K/V tile at d = 64, at d = 128)
+#: name: (warpgroups per block, keys per K/V tile at d = 64, at d = 128, softmax overlapped with O += P V)
 VARIANTS = {
-    "wg2_bc128": (2, 128, 128),
-    "wg2_bc64": (2, 128, 64),
-    "wg3_bc64": (3, 128, 64),
+    "wg2_bc128": (2, 128, 128, False),
+    "wg2_bc64": (2, 128, 64, False),
+    "wg3_bc64": (3, 128, 64, False),
+    "overlap_wg2_bc64": (2, 128, 64, True),   # the other overlapped shapes spill (three warpgroups; 128 keys at d = 128)
 }
 SELFTEST_N = (64, 128)
 SELFTEST_SHARED = 64 * 1024
@@ -72,9 +73,16 @@ def kernel_name(variant: str, d: int) -> str:
     return f"wgmma_{variant}_d{d}"
 
 
-def shared_bytes(nwg: int, bc: int, d: int) -> int:
-    """Q (64 * nwg rows), two K and two V tiles, and 1 KiB to align the panels."""
-    return (64 * nwg + 4 * bc) * d * 2 + 1024
+def shared_bytes(nwg: int, bc: int, d: int, overlap: bool = False) -> int:
+    """Q (64 * nwg rows), two K tiles and two V tiles (three when overlapped), and 1 KiB to align the panels."""
+    return (64 * nwg + (5 if overlap else 4) * bc) * d * 2 + 1024
+
+
+def tile_and_shared(variant: str, d: int) -> tuple[int, int]:
+    """(keys per K/V tile, dynamic shared bytes) of ``variant`` at head size ``d``."""
+    nwg, bc64, bc128, overlap = VARIANTS[variant]
+    bc = bc64 if d == 64 else bc128
+    return bc, shared_bytes(nwg, bc, d, overlap)
 
 
 def source(variants=None, cu_text=None) -> str:
@@ -83,11 +91,11 @@ def source(variants=None, cu_text=None) -> str:
     head, sep, rest = body.partition("__device__ __forceinline__ void wgmma_fence()")
     text = head + wrappers() + sep + rest
     for v in variants or VARIANTS:
-        nwg, bc64, bc128 = VARIANTS[v]
+        nwg, bc64, bc128, overlap = VARIANTS[v]
         for d, bc in ((64, bc64), (128, bc128)):
             text += (f'\nextern "C" __global__ void __launch_bounds__({128 * nwg}, 1)\n{kernel_name(v, d)}(const f16* Q, '
                      f"const f16* K, const f16* V, f16* O, int n, float scale, int causal)\n"
-                     f"{{ flash_wgmma<{d}, {bc}, {nwg}>(Q, K, V, O, n, scale, causal); }}\n")
+                     f"{{ flash_wgmma{'_overlap' if overlap else ''}<{d}, {bc}, {nwg}>(Q, K, V, O, n, scale, causal); }}\n")
     for n in SELFTEST_N:
         text += (f'\nextern "C" __global__ void __launch_bounds__(128, 1) selftest_ss_n{n}(const f16* A, const f16* Bt, '
                  f"float* C) {{ selftest_ss<{n}>(A, Bt, C); }}\n"
@@ -108,8 +116,7 @@ def compiled():
 def kernel_shape(name: str) -> tuple[int, int, int]:
     """(threads, dynamic shared bytes, d) of a flash kernel of this module."""
     variant, d = name[len("wgmma_"):].rsplit("_d", 1)
-    nwg, bc64, bc128 = VARIANTS[variant]
-    return 128 * nwg, shared_bytes(nwg, bc64 if d == "64" else bc128, int(d)), int(d)
+    return 128 * VARIANTS[variant][0], tile_and_shared(variant, int(d))[1], int(d)
 
 
 def compile_report() -> int:
@@ -195,11 +202,11 @@ def reference(np, q, k, v, causal):
 def launch_arguments(np, variant: str, q, o, causal: bool):
     """(kernel, grid, block, args, shared bytes) of one attention launch of ``variant`` over (H, n, d) arrays."""
     H, n, d = q.shape
-    nwg, bc64, bc128 = VARIANTS[variant]
+    nwg = VARIANTS[variant][0]
     br = 64 * nwg
     return (kernel_name(variant, d), (H, (n + br - 1) // br), (128 * nwg,),
             [q, None, None, o, np.int32(n), np.float32(1 / math.sqrt(d)), np.int32(causal)],
-            shared_bytes(nwg, bc64 if d == 64 else bc128, d))
+            tile_and_shared(variant, d)[1])
 
 
 def launcher(cp, np, module, variant: str, d: int):
