@@ -83,8 +83,8 @@ def test_a_missing_barrier_before_the_wgmma_is_caught():
 
 def test_reading_the_scores_before_their_wgmma_is_waited_for_fails_the_check():
     body = (ROOT / "benchmarks" / "tc_wgmma.cu").read_text(encoding="utf-8")
-    early = body.replace("        wgmma_commit();\n        wgmma_wait_all();\n        fence_registers(s);",
-                         "        wgmma_commit();\n        fence_registers(s);", 1)   # S read while in flight
+    early = body.replace("issue_scores<D, BCT, BR>(s, Qs, Ks + (j & 1) * TILE, wg);\n        wgmma_wait<0>();",
+                         "issue_scores<D, BCT, BR>(s, Qs, Ks + (j & 1) * TILE, wg);", 1)   # S read while in flight
     assert early != body
     run = tc_wgmma.emulator_runner(tc_wgmma.source(cu_text=early))
     errors = tc_wgmma.check(np, run, ["wg2_bc64"], ((130, 128, True),))
