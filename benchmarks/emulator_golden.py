@@ -3,6 +3,7 @@
     python benchmarks/emulator_golden.py --dry-run            # no GPU: build, compile (NVRTC + ptxas), write inputs and PTX
     python3 benchmarks/emulator_golden.py                     # on a GPU: writes tests/golden/emulator/
     python3 benchmarks/emulator_golden.py --only 'f32.*' --out /tmp/g --time-limit-s 120
+    python3 benchmarks/emulator_golden.py --only wgmma --merge   # on a GPU: add or redo some forms in place
 
 Every form is a tiny CUDA C kernel whose inline PTX ``asm volatile`` applies exactly one instruction (or, for the
 warp, matrix, atomic and async-copy forms, one instruction with the loads and stores it needs).  Elementwise forms:
@@ -12,7 +13,8 @@ normals, values at rounding ties, INT_MIN/-1, shift counts 0/31/32/33...) crosse
 and random normal-sized values.
 
 On a GPU each form runs twice: natively (CuPy's RawModule, a cubin for the device, sm_90 on an H200) and from the
-PTX of a virtual architecture (compute_75; compute_80 for forms that need sm_80) JIT-compiled by the driver: that
+PTX of a virtual architecture (compute_75; compute_80 for forms that need sm_80; compute_90a for wgmma, which runs
+from its PTX only) JIT-compiled by the driver: that
 PTX, made by this machine's NVRTC through :func:`autograder.gpu.nvrtc.ptx`, is what the manifest stores and what the
 emulator runs in ``tests/test_emulator_golden.py``.  Both outputs are stored, and the table printed at the end gives
 per form the rate of elements where they are bit-equal.
@@ -961,6 +963,109 @@ add(atom_form("inc", "u32"))
 add(atom_form("dec", "u32"))
 
 
+# --- wgmma (sm_90a) --------------------------------------------------------------------------------
+# One warpgroup per block.  The block copies its image (random halves, every byte written) into 1024-byte-aligned
+# shared memory, builds the two descriptors from the form's constants, and runs one wgmma.mma_async; each thread
+# stores its accumulator registers in order.  Which halves the tensor cores read, and where they put the products,
+# is the hardware's answer to the descriptor, the swizzle and the transposes: nothing of the layout is assumed here.
+WGMMA_BLOCKS = 4
+WGMMA_IMAGE = 48 * 1024  # bytes of shared memory per block, all written
+WGMMA_B_AT = 16 * 1024   # where B's matrix starts in the image (A at its own offset below)
+# name suffix: (N, A from registers, trans-a, trans-b, swizzle mode, (A offset, LBO, SBO), (B LBO, SBO), type,
+#               scale-d, scale-a, scale-b)
+WGMMAS = {
+    "ss K K sw128": (64, False, 0, 0, 1, (0, 16, 1024), (16, 1024), "f16", 1, 1, 1),
+    "ss K K sw128 k-step 1": (64, False, 0, 0, 1, (32, 16, 1024), (16, 1024), "f16", 1, 1, 1),
+    "ss K K sw64": (64, False, 0, 0, 2, (0, 16, 512), (16, 512), "f16", 1, 1, 1),
+    "ss K K sw32": (64, False, 0, 0, 3, (0, 16, 256), (16, 256), "f16", 1, 1, 1),
+    "ss K K interleave": (64, False, 0, 0, 0, (0, 128, 256), (128, 256), "f16", 1, 1, 1),
+    "ss MN MN sw128": (128, False, 1, 1, 1, (0, 8192, 1024), (2048, 1024), "f16", 1, 1, 1),
+    "ss K K sw128 n8": (8, False, 0, 0, 1, (0, 16, 1024), (16, 1024), "f16", 1, 1, 1),
+    "ss K K sw128 n256": (256, False, 0, 0, 1, (0, 16, 1024), (16, 1024), "f16", 1, 1, 1),
+    "ss K K sw128 bf16": (64, False, 0, 0, 1, (0, 16, 1024), (16, 1024), "bf16", 1, 1, 1),
+    "ss K K sw128 no-acc neg-a": (64, False, 0, 0, 1, (0, 16, 1024), (16, 1024), "f16", 0, -1, 1),
+    "rs MN sw128": (128, True, 0, 1, 1, (0, 0, 0), (2048, 1024), "f16", 1, 1, 1),
+    "rs K sw128 neg-b": (64, True, 0, 0, 1, (0, 0, 0), (16, 1024), "f16", 1, 1, -1),
+}
+
+
+def wgmma_form(suffix):
+    n, a_regs, trans_a, trans_b, swizzle, (a_at, a_lbo, a_sbo), (b_lbo, b_sbo), etype, scale_d, scale_a, scale_b = \
+        WGMMAS[suffix]
+    name = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{etype}.{etype} {suffix}"
+
+    def build(rng):
+        words = WGMMA_BLOCKS * WGMMA_IMAGE // 4
+        kind = "f16x2" if etype == "f16" else "bf16x2"
+        image = _mma_words(kind, words, rng, True)
+        per_block = WGMMA_IMAGE // 4
+        inf, nan = (0x7C00, 0x7E00) if etype == "f16" else (0x7F80, 0x7FC0)
+        block3 = image[3 * per_block:4 * per_block]       # block 3: an inf and a NaN in every 512 bytes
+        block3[5::128] = (block3[5::128] & 0xFFFF0000) | inf
+        block3[70::128] = (block3[70::128] & 0xFFFF) | (nan << 16)
+        image[2 * per_block:3 * per_block] &= 0xFFFF0000   # block 2: low halves +0 ...
+        image[2 * per_block:3 * per_block] |= 0x0001       # ... then the smallest subnormal
+        t = 128 * WGMMA_BLOCKS
+        r = n // 2
+        c = (rng.standard_normal(t * r) * 4).astype(np.float32).view(np.uint32)
+        c[128 * r:2 * 128 * r] = np.float32(2.0 ** 20).view(np.uint32)   # block 1: C huge (cancellation)
+        ins = {"image": image, "c": c}
+        if a_regs:
+            ins["a"] = _mma_words(kind, t * 4, rng, True)
+        regs = ", ".join(f"%{j}" for j in range(r))
+        outs = ", ".join(f'"+f"(d[{j}])' for j in range(r))
+        if a_regs:
+            a_operand = f"{{%{r}, %{r + 1}, %{r + 2}, %{r + 3}}}"
+            b_operand, p_operand = f"%{r + 4}", f"%{r + 5}"
+            tail = f"{scale_a}, {scale_b}, {trans_b}"
+            in_list = ('"r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "l"(b_desc), '
+                       f'"r"({scale_d})')
+        else:
+            a_operand, b_operand, p_operand = f"%{r}", f"%{r + 1}", f"%{r + 2}"
+            tail = f"{scale_a}, {scale_b}, {trans_a}, {trans_b}"
+            in_list = f'"l"(a_desc), "l"(b_desc), "r"({scale_d})'
+        body = (
+            f"    extern __shared__ __align__(1024) unsigned char sm[];\n"
+            f"    const unsigned raw = (unsigned)__cvta_generic_to_shared(sm);\n"
+            f"    const unsigned base = (raw + 1023u) & ~1023u;\n"
+            f"    unsigned* s = reinterpret_cast<unsigned*>(sm + (base - raw));\n"
+            f"    for (int j = threadIdx.x; j < {per_block}; j += blockDim.x) s[j] = image[blockIdx.x * {per_block} + j];\n"
+            f"    asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");\n"
+            f"    __syncthreads();\n"
+            f"    float d[{r}];\n"
+            f"    for (int j = 0; j < {r}; ++j) d[j] = __uint_as_float(c[i * {r} + j]);\n"
+            + (f"    unsigned ra[4];\n    for (int j = 0; j < 4; ++j) ra[j] = a[i * 4 + j];\n" if a_regs else "")
+            + f"    const unsigned long long sw = {swizzle}ull << 62;\n"
+            + "".join(f"    const unsigned {x}_at = base + {at}u;\n"
+                      f"    const unsigned long long {x}_desc = (({x}_at & 0x3FFFF) >> 4)"
+                      f" | ((unsigned long long)({lbo} >> 4) << 16) | ((unsigned long long)({sbo} >> 4) << 32) | sw;\n"
+                      for x, at, lbo, sbo in (("a", a_at, a_lbo, a_sbo), ("b", WGMMA_B_AT, b_lbo, b_sbo))
+                      if x == "b" or not a_regs)
+            + f"    asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
+            f"    asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, {p_operand}, 0;\\n"
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{etype}.{etype} {{{regs}}}, {a_operand}, {b_operand}, p, "
+            f"{tail};\\n}}\\n\"\n"
+            f"        : {outs}\n"
+            f"        : {in_list});\n"
+            f"    asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n"
+            f"    asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");\n"
+            f"    for (int j = 0; j < {r}; ++j) out[i * {r} + j] = __float_as_uint(d[j]);\n")
+        tol = {"warpgroup_scale": True, "k": 16, "rel": 2.0 ** -20,
+               "doc": "per warpgroup |emulator - GPU| <= rel * (K * max|image or a|^2 + max|c|): the emulator's "
+                      "accumulation is mma.sync's H200 model (ops_tensor.accumulate_f32), not measured for wgmma"}
+        return _warp_form(name, "wgmma", _ident(name), body, ins, {"out": ("f32", t * r)}, arch="compute_90a",
+                          threads=t, grid=WGMMA_BLOCKS, compare="approx", tol=tol, shared=WGMMA_IMAGE + 1024,
+                          note=f"one warpgroup per block; the block's {WGMMA_IMAGE // 1024} KiB image of random "
+                               f"{etype} in shared memory, A {'in registers (a, 4 per thread)' if a_regs else f'at +{a_at}'}"
+                               f", B at +{WGMMA_B_AT}; block 1 with C = 2^20, 2 with subnormal halves, 3 with infs "
+                               f"and NaNs in the image")
+    return build
+
+
+for suffix in WGMMAS:
+    add(wgmma_form(suffix))
+
+
 # --- building, compiling, running -------------------------------------------------------------------
 def _matches(form: Form, patterns: str) -> bool:
     return any(fnmatch.fnmatchcase(form.name, p) or fnmatch.fnmatchcase(form.family, p) for p in patterns.split(","))
@@ -989,7 +1094,7 @@ def dry_compile(form: Form) -> str | None:
         form_ptx = nvrtc.ptx(form.source, arch=form.arch)
     except CheckFailed as error:
         return f"{form.arch}: {error}"
-    for arch in (form.arch.replace("compute", "sm"), "sm_90"):
+    for arch in dict.fromkeys((form.arch.replace("compute", "sm"), "sm_90" if not form.arch.endswith("a") else "sm_90a")):
         compiled = nvrtc.compile_source(form.source, arch=arch)
         if not compiled.ok:
             errors = [line for line in compiled.log.splitlines() if "error" in line.lower()]
@@ -1076,8 +1181,12 @@ class GpuRunner:
         self.cp.cuda.Device().synchronize()
         return {name: self.cp.asnumpy(buffers[name]) for name in form.outputs}
 
-    def native(self, form: Form) -> dict:
-        module = self.cp.RawModule(code=form.source)  # as the lessons' cp.RawKernel: CuPy's options, a cubin
+    def native(self, form: Form) -> dict | None:
+        """The form built as the lessons' cp.RawKernel is (CuPy's options, a cubin for the device); None for an
+        sm_90a form (CuPy compiles for sm_90, where wgmma does not exist: only its PTX runs)."""
+        if form.arch.endswith("a"):
+            return None
+        module = self.cp.RawModule(code=form.source)
         return self.launch(module.get_function(form.kernel), form)
 
     def from_ptx(self, form: Form) -> dict:
@@ -1115,6 +1224,22 @@ def manifest_entry(form: Form) -> dict:
             "tolerance": form.tolerance, "note": form.note}
 
 
+def merged(out: Path, run: dict, arrays: dict) -> tuple[dict, dict]:
+    """The golden data in ``out`` with this run's forms put in (replacing forms of the same name): each merged form
+    records its run (``run``: date, device, command); the manifest lists the merges (``merged``)."""
+    meta = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    with np.load(out / "data.npz") as data:
+        old = {key: data[key] for key in data.files}
+    names = {entry["name"] for entry in run["forms"]}
+    provenance = {key: run[key] for key in ("date", "device", "command")}
+    kept = [entry for entry in meta["forms"] if entry["name"] not in names]
+    meta["forms"] = kept + [dict(entry, run=provenance) for entry in run["forms"]]
+    meta.setdefault("merged", []).append(dict(provenance, forms=sorted(names)))
+    combined = {key: value for key, value in old.items() if key.split("__", 1)[0] not in names}
+    combined.update(arrays)
+    return meta, combined
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="no GPU: build, compile and write inputs and PTX")
@@ -1125,6 +1250,9 @@ def main(argv=None) -> int:
     parser.add_argument("--time-limit-s", type=float, default=280.0,
                         help="stop starting new forms after this many seconds (the rest are recorded as not run)")
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
+    parser.add_argument("--merge", action="store_true",
+                        help="put the forms run (with --only) into the golden data already in --out, each with its "
+                             "run's date, device and command, instead of replacing the folder")
     args = parser.parse_args(argv)
     started = time.monotonic()
     forms = build_forms(args.only, args.skip)
@@ -1134,6 +1262,8 @@ def main(argv=None) -> int:
         print(f"{len(forms)} forms")
         return 0
     out = args.out or (Path(tempfile.mkdtemp(prefix="emulator_golden_")) if args.dry_run else DEFAULT_OUT)
+    if args.merge and (args.dry_run or not (out / "manifest.json").exists()):
+        parser.error(f"--merge needs a GPU run and golden data to merge into ({out / 'manifest.json'})")
     out.mkdir(parents=True, exist_ok=True)
     runner = None if args.dry_run else GpuRunner()
     arrays, entries, rows, failed = {}, [], [], []
@@ -1164,7 +1294,11 @@ def main(argv=None) -> int:
             got = {}
             for mode, run_form in (("native", runner.native), ("ptx", runner.from_ptx)):
                 try:
-                    got[mode] = run_form(form)
+                    outputs = run_form(form)
+                    if outputs is None:
+                        results[f"{mode}_error"] = "not applicable: an sm_90a form runs from its PTX only"
+                        continue
+                    got[mode] = outputs
                     for name, value in got[mode].items():
                         arrays[f"{form.name}__{mode}__{name}"] = value
                     results["outputs"].append(mode)
@@ -1180,7 +1314,7 @@ def main(argv=None) -> int:
                     del arrays[f"{form.name}__native__{name}"]
                 if same:
                     results["native_same_as_ptx"] = same
-            if len(results["outputs"]) < 2:
+            if len(results["outputs"]) < (1 if form.arch.endswith("a") else 2):
                 failed.append((form.name, results.get("native_error") or results.get("ptx_error")))
                 if any(mark in str(results.get(key, "")) for key in ("native_error", "ptx_error")
                        for mark in CONTEXT_LOST):
@@ -1201,6 +1335,8 @@ def main(argv=None) -> int:
         "seconds": round(time.monotonic() - started, 1),
         "forms": entries,
     }
+    if args.merge:
+        meta, arrays = merged(out, meta, arrays)
     np.savez_compressed(out / "data.npz", **arrays)
     (out / "manifest.json").write_text(json.dumps(meta, indent=1) + "\n")
     families = {}

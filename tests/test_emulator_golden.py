@@ -233,6 +233,30 @@ def mma_mismatches(form: dict, got: np.ndarray, want: np.ndarray) -> np.ndarray:
         return bad & (special | ~(np.abs(fg - fw) <= bound))
 
 
+def wgmma_mismatches(form: dict, got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per warpgroup (block) bound of a wgmma form: ``rel * (K * max|A| * max|B| + max|C|)``, A and B bounded by the
+    block's shared-memory image (and A's registers where it has them)."""
+    tol, name, data = form["tolerance"], form["name"], _data()
+    kind = "bf16x2" if ".bf16." in name else "f16x2"
+    blocks = form["grid"][0]
+
+    def block_max(values):
+        per = values.reshape(blocks, -1)
+        with np.errstate(invalid="ignore"):
+            return np.max(np.where(np.isfinite(per), np.abs(per), 0.0), axis=1)
+
+    image = block_max(_fragment_values(data[f"{name}__in__image"], kind))
+    a = np.maximum(image, block_max(_fragment_values(data[f"{name}__in__a"], kind))) \
+        if f"{name}__in__a" in data.files else image
+    c = block_max(as_float(data[f"{name}__in__c"], "f32"))
+    bound = np.repeat(tol["rel"] * (tol["k"] * a * image + c), want.size // blocks)
+    fg, fw = as_float(got, "f32"), as_float(want, "f32")
+    bad = (got != want) & ~(np.isnan(fg) & np.isnan(fw))
+    special = ~np.isfinite(fw) | ~np.isfinite(fg)
+    with np.errstate(invalid="ignore"):
+        return bad & (special | ~(np.abs(fg - fw) <= bound))
+
+
 # --- the tests ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(FORMS))
 def test_form_matches_the_h200(name, record_property, request):
@@ -254,6 +278,8 @@ def test_form_matches_the_h200(name, record_property, request):
         total += want.size
         if tol and tol.get("warp_scale"):
             bad = mma_mismatches(form, got, want)
+        elif tol and tol.get("warpgroup_scale"):
+            bad = wgmma_mismatches(form, got, want)
         else:
             inputs = _data()[f"{name}__in__in0"] if f"{name}__in__in0" in _data().files else None
             bad = mismatches(kind, got, want, tol, inputs if inputs is not None and inputs.size == want.size
