@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 30's measurements on the H200, in device calls of at most 10 minutes each (the device tool's limit).
+# Run from the repository root on the device machine; every result lands in $OUT (the device tool brings it back).
+#
+#   bash benchmarks/issue30_device_calls.sh kernels    # ~5 min: lesson 09's wgmma candidates, wgmma golden data,
+#                                                      #          lesson 11's decode candidates
+#   bash benchmarks/issue30_device_calls.sh grading    # ~6 min: one student's GPU lessons graded, checks side by side
+#                                                      #          (plain, and with the emulator's bounds), phases
+#   bash benchmarks/issue30_device_calls.sh banks A B  # ~2.5 min a lesson: GPU banks of lessons A, B... with the
+#                                                      #          emulator's bounds (run it twice on a warm machine)
+#
+# What each result is for: benchmarks/results/tensor_cores_goals.txt, decode_kernels_h200.txt, gpu_grading_time.txt.
+set -u
+case "${1:-}" in kernels | grading | banks) ;; *) sed -n '2,11p' "$0"; exit 2 ;; esac
+OUT=${OUT:?set OUT to the folder the results go to}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
+
+case "${1:-}" in
+kernels)
+    # lesson 09: each wgmma form alone first (prints the wrong elements if the layout model is wrong), then all
+    python3 benchmarks/tc_wgmma.py --selftest 2>&1 | tee "$OUT/tc_wgmma_selftest.txt"
+    python3 benchmarks/tc_wgmma.py --out "$OUT/tc_wgmma.json" 2>&1 | tail -40
+    # the emulator's wgmma model against the H200 (merged into a copy of the golden data: copy it back to tests/)
+    cp -r tests/golden/emulator "$OUT/golden"
+    python3 benchmarks/emulator_golden.py --only wgmma --merge --out "$OUT/golden" 2>&1 | tail -20
+    # lesson 11: the lesson's kernel and the two page-table candidates
+    for v in "" decode_variant_pagetable decode_variant_pagetable_lastblock; do
+        python3 benchmarks/decode_kernels.py --no-torch ${v:+--source benchmarks/$v.py} \
+            --skip 64x1024,64x4096,64x8192,64x32768,8x32768 --out "$OUT/decode_${v:-lesson}.json" 2>&1 | tail -25
+    done
+    ;;
+grading)
+    python3 benchmarks/gpu_grading_time.py --parallel-checks 4 --out "$OUT/parallel4.json" 2>&1 | tail -15
+    AUTOGRADER_GPU_BOUNDS=emulator python3 benchmarks/gpu_grading_time.py --parallel-checks 4 \
+        --out "$OUT/parallel4_emulator.json" 2>&1 | tail -15
+    python3 benchmarks/gpu_check_phases.py --out "$OUT/phases.json" 2>&1 | tail -30
+    ;;
+banks)
+    shift
+    for lesson in "$@"; do
+        AUTOGRADER_GPU_BOUNDS=emulator GPU_BANK_WORKERS=15 timeout 280 \
+            python3 -m pytest -q tests/test_gpu_lessons.py -k "bank and $lesson" -p no:cacheprovider 2>&1 \
+            | tail -15 | tee "$OUT/banks_$lesson.txt"
+    done
+    ;;
+esac
