@@ -3,7 +3,8 @@
     python benchmarks/emulator_golden.py --dry-run            # no GPU: build, compile (NVRTC + ptxas), write inputs and PTX
     python3 benchmarks/emulator_golden.py                     # on a GPU: writes tests/golden/emulator/
     python3 benchmarks/emulator_golden.py --only 'f32.*' --out /tmp/g --time-limit-s 120
-    python3 benchmarks/emulator_golden.py --only wgmma --merge   # on a GPU: add or redo some forms in place
+    python3 benchmarks/emulator_golden.py --only wgmma --out /tmp/w   # on a GPU: some forms, then here:
+    python benchmarks/emulator_golden.py --merge-from /tmp/w          # into tests/golden/emulator
 
 Every form is a tiny CUDA C kernel whose inline PTX ``asm volatile`` applies exactly one instruction (or, for the
 warp, matrix, atomic and async-copy forms, one instruction with the loads and stores it needs).  Elementwise forms:
@@ -969,8 +970,8 @@ add(atom_form("dec", "u32"))
 # stores its accumulator registers in order.  Which halves the tensor cores read, and where they put the products,
 # is the hardware's answer to the descriptor, the swizzle and the transposes: nothing of the layout is assumed here.
 WGMMA_BLOCKS = 4
-WGMMA_IMAGE = 48 * 1024  # bytes of shared memory per block, all written
-WGMMA_B_AT = 16 * 1024   # where B's matrix starts in the image (A at its own offset below)
+WGMMA_IMAGE = 44 * 1024  # bytes of shared memory per block, all written (with the alignment, under the 48 KiB a
+WGMMA_B_AT = 12 * 1024   # block gets without opting in); where B's matrix starts (A at its own offset below)
 # name suffix: (N, A from registers, trans-a, trans-b, swizzle mode, (A offset, LBO, SBO), (B LBO, SBO), type,
 #               scale-d, scale-a, scale-b)
 WGMMAS = {
@@ -1240,6 +1241,21 @@ def merged(out: Path, run: dict, arrays: dict) -> tuple[dict, dict]:
     return meta, combined
 
 
+def merge_run(run_folder: Path, out: Path) -> int:
+    """--merge-from: the GPU run in ``run_folder`` merged into the golden data in ``out``."""
+    run = json.loads((run_folder / "manifest.json").read_text(encoding="utf-8"))
+    if run.get("kind") != "gpu" or not (out / "manifest.json").exists():
+        print(f"nothing merged: {run_folder} must hold a GPU run and {out} golden data to merge into")
+        return 1
+    with np.load(run_folder / "data.npz") as data:
+        arrays = {key: data[key] for key in data.files}
+    meta, arrays = merged(out, run, arrays)
+    np.savez_compressed(out / "data.npz", **arrays)
+    (out / "manifest.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"merged {len(run['forms'])} forms of {run['date']} into {out} ({len(meta['forms'])} forms)")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="no GPU: build, compile and write inputs and PTX")
@@ -1250,9 +1266,9 @@ def main(argv=None) -> int:
     parser.add_argument("--time-limit-s", type=float, default=280.0,
                         help="stop starting new forms after this many seconds (the rest are recorded as not run)")
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
-    parser.add_argument("--merge", action="store_true",
-                        help="put the forms run (with --only) into the golden data already in --out, each with its "
-                             "run's date, device and command, instead of replacing the folder")
+    parser.add_argument("--merge-from", type=Path, default=None, metavar="RUN",
+                        help="no GPU: put the forms of the run in folder RUN (a GPU run with --only) into the golden "
+                             "data in --out, each with its run's date, device and command")
     args = parser.parse_args(argv)
     started = time.monotonic()
     forms = build_forms(args.only, args.skip)
@@ -1262,8 +1278,8 @@ def main(argv=None) -> int:
         print(f"{len(forms)} forms")
         return 0
     out = args.out or (Path(tempfile.mkdtemp(prefix="emulator_golden_")) if args.dry_run else DEFAULT_OUT)
-    if args.merge and (args.dry_run or not (out / "manifest.json").exists()):
-        parser.error(f"--merge needs a GPU run and golden data to merge into ({out / 'manifest.json'})")
+    if args.merge_from:
+        return merge_run(args.merge_from, out)
     out.mkdir(parents=True, exist_ok=True)
     runner = None if args.dry_run else GpuRunner()
     arrays, entries, rows, failed = {}, [], [], []
@@ -1315,7 +1331,7 @@ def main(argv=None) -> int:
                 if same:
                     results["native_same_as_ptx"] = same
             if len(results["outputs"]) < (1 if form.arch.endswith("a") else 2):
-                failed.append((form.name, results.get("native_error") or results.get("ptx_error")))
+                failed.append((form.name, results.get("ptx_error") or results.get("native_error")))
                 if any(mark in str(results.get(key, "")) for key in ("native_error", "ptx_error")
                        for mark in CONTEXT_LOST):
                     lost = form.name
@@ -1335,8 +1351,6 @@ def main(argv=None) -> int:
         "seconds": round(time.monotonic() - started, 1),
         "forms": entries,
     }
-    if args.merge:
-        meta, arrays = merged(out, meta, arrays)
     np.savez_compressed(out / "data.npz", **arrays)
     (out / "manifest.json").write_text(json.dumps(meta, indent=1) + "\n")
     families = {}

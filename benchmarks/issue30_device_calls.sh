@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/issue30_device_calls.sh kernels    # ~5 min: lesson 09's wgmma candidates, wgmma golden data,
 #                                                      #          lesson 11's decode candidates
+#   bash benchmarks/issue30_device_calls.sh golden     # seconds: the wgmma golden forms alone (part of kernels)
 #   bash benchmarks/issue30_device_calls.sh grading    # ~6 min: one student's GPU lessons graded, checks side by side
 #                                                      #          (plain, and with the emulator's bounds), phases
 #   bash benchmarks/issue30_device_calls.sh banks A B  # ~2.5 min a lesson: GPU banks of lessons A, B... with the
@@ -11,7 +12,7 @@
 #
 # What each result is for: benchmarks/results/tensor_cores_goals.txt, decode_kernels_h200.txt, gpu_grading_time.txt.
 set -u
-case "${1:-}" in kernels | grading | banks) ;; *) sed -n '2,11p' "$0"; exit 2 ;; esac
+case "${1:-}" in kernels | golden | grading | banks) ;; *) sed -n '2,13p' "$0"; exit 2 ;; esac
 OUT=${OUT:?set OUT to the folder the results go to}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
@@ -22,14 +23,17 @@ kernels)
     # lesson 09: each wgmma form alone first (prints the wrong elements if the layout model is wrong), then all
     python3 benchmarks/tc_wgmma.py --selftest 2>&1 | tee "$OUT/tc_wgmma_selftest.txt"
     python3 benchmarks/tc_wgmma.py --out "$OUT/tc_wgmma.json" 2>&1 | tail -40
-    # the emulator's wgmma model against the H200 (merged into a copy of the golden data: copy it back to tests/)
-    cp -r tests/golden/emulator "$OUT/golden"
-    python3 benchmarks/emulator_golden.py --only wgmma --merge --out "$OUT/golden" 2>&1 | tail -20
+    # the emulator's wgmma model against the H200; back here:
+    #   python benchmarks/emulator_golden.py --merge-from <files_at>/golden_wgmma
+    python3 benchmarks/emulator_golden.py --only wgmma --out "$OUT/golden_wgmma" 2>&1 | tail -20
     # lesson 11: the lesson's kernel and the two page-table candidates
     for v in "" decode_variant_pagetable decode_variant_pagetable_lastblock; do
         python3 benchmarks/decode_kernels.py --no-torch ${v:+--source benchmarks/$v.py} \
             --skip 64x1024,64x4096,64x8192,64x32768,8x32768 --out "$OUT/decode_${v:-lesson}.json" 2>&1 | tail -25
     done
+    ;;
+golden)
+    python3 benchmarks/emulator_golden.py --only wgmma --out "$OUT/golden_wgmma" 2>&1 | tail -20
     ;;
 grading)
     python3 benchmarks/gpu_grading_time.py --parallel-checks 4 --out "$OUT/parallel4.json" 2>&1 | tail -15

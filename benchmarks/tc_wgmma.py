@@ -34,12 +34,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-#: name: (warpgroups per block, keys per K/V tile at d = 64, at d = 128, softmax overlapped with O += P V)
+#: name: (warpgroups per block, keys per K/V tile at d = 64, at d = 128, softmax overlapped with O += P V, blocks
+#: per SM asked of the compiler at d = 64 and at d = 128: 2 caps the registers at 128 a thread)
 VARIANTS = {
-    "wg2_bc128": (2, 128, 128, False),
-    "wg2_bc64": (2, 128, 64, False),
-    "wg3_bc64": (3, 128, 64, False),
-    "overlap_wg2_bc64": (2, 128, 64, True),   # the other overlapped shapes spill (three warpgroups; 128 keys at d = 128)
+    "wg2_bc128": (2, 128, 128, False, (1, 1)),
+    "wg2_bc64": (2, 128, 64, False, (1, 1)),
+    "wg3_bc64": (3, 128, 64, False, (1, 1)),
+    "overlap_wg2_bc64": (2, 128, 64, True, (1, 1)),   # the other overlapped shapes spill (3 warpgroups; 128 keys at d 128)
+    "wg2_bc64_x2": (2, 64, 64, False, (2, 1)),        # two blocks per SM spill at d = 128
 }
 SELFTEST_N = (64, 128)
 SELFTEST_SHARED = 64 * 1024
@@ -80,7 +82,7 @@ def shared_bytes(nwg: int, bc: int, d: int, overlap: bool = False) -> int:
 
 def tile_and_shared(variant: str, d: int) -> tuple[int, int]:
     """(keys per K/V tile, dynamic shared bytes) of ``variant`` at head size ``d``."""
-    nwg, bc64, bc128, overlap = VARIANTS[variant]
+    nwg, bc64, bc128, overlap, _ = VARIANTS[variant]
     bc = bc64 if d == 64 else bc128
     return bc, shared_bytes(nwg, bc, d, overlap)
 
@@ -91,9 +93,9 @@ def source(variants=None, cu_text=None) -> str:
     head, sep, rest = body.partition("__device__ __forceinline__ void wgmma_fence()")
     text = head + wrappers() + sep + rest
     for v in variants or VARIANTS:
-        nwg, bc64, bc128, overlap = VARIANTS[v]
-        for d, bc in ((64, bc64), (128, bc128)):
-            text += (f'\nextern "C" __global__ void __launch_bounds__({128 * nwg}, 1)\n{kernel_name(v, d)}(const f16* Q, '
+        nwg, bc64, bc128, overlap, (per_sm64, per_sm128) = VARIANTS[v]
+        for d, bc, per_sm in ((64, bc64, per_sm64), (128, bc128, per_sm128)):
+            text += (f'\nextern "C" __global__ void __launch_bounds__({128 * nwg}, {per_sm})\n{kernel_name(v, d)}(const f16* Q, '
                      f"const f16* K, const f16* V, f16* O, int n, float scale, int causal)\n"
                      f"{{ flash_wgmma{'_overlap' if overlap else ''}<{d}, {bc}, {nwg}>(Q, K, V, O, n, scale, causal); }}\n")
     for n in SELFTEST_N:

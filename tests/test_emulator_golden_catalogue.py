@@ -76,7 +76,7 @@ def test_wgmma_forms_run_clean_on_the_emulator():
 
 
 def test_a_partial_run_merges_into_the_golden_data(tmp_path):
-    """--merge: the run's forms replace those of the same name and join the others, each with its run's
+    """--merge-from: the run's forms replace those of the same name and join the others, each with its run's
     provenance; the arrays of replaced forms go, the others stay."""
     old_forms = [{"name": "a.f32", "results": {"outputs": ["ptx"]}}, {"name": "b.f32", "results": {"outputs": ["ptx"]}}]
     (tmp_path / "manifest.json").write_text(json.dumps({"kind": "gpu", "date": "then", "forms": old_forms}))
