@@ -51,3 +51,11 @@ def test_the_phases_benchmark_takes_every_graded_call_but_the_sanitizer_ones():
                   "phases": {"imports": 0.5, "cuda": 0.2, "cells": 0.3, "check": 0.4}}}]}}
     row = next(line for line in gpu_check_phases.table(fake).splitlines() if line.startswith("07_cupy_rmsnorm"))
     assert row.split()[1:5] == ["1", "0.90", "0.40", "0.50"]
+
+
+def test_the_benchmarks_read_graded_calls_where_nbgrader_is_not_installed():
+    """The H200 machine has no nbgrader: reading a notebook's graded calls must not import it."""
+    code = ("import sys; sys.modules['nbgrader'] = None; sys.path.insert(0, 'benchmarks'); import gpu_check_phases; "
+            "print(len(gpu_check_phases.grade_calls('07_cupy_rmsnorm', hidden=True)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and int(out.stdout) > 5, out.stderr[-2000:]

@@ -13,8 +13,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-from nbgrader.utils import is_grade, is_solution
-
 
 def grade_id(cell) -> str | None:
     """The cell's nbgrader grade id; None for a plain cell or broken metadata (a submission may
@@ -27,10 +25,14 @@ def grade_id(cell) -> str | None:
 
 
 def is_answer_cell(cell) -> bool:
+    from nbgrader.utils import is_solution  # here, not at import: the GPU benchmarks parse cells without nbgrader
+
     return isinstance(cell.get("metadata", {}).get("nbgrader"), dict) and bool(is_solution(cell))
 
 
 def is_test_cell(cell) -> bool:
+    from nbgrader.utils import is_grade, is_solution
+
     return (cell.get("cell_type") == "code" and isinstance(cell.get("metadata", {}).get("nbgrader"), dict)
             and bool(is_grade(cell)) and not is_solution(cell))
 
