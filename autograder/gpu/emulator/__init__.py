@@ -65,8 +65,8 @@ Where the emulator can differ from a GPU (each is a place a later session may ti
   read as 0xFF (NaN for floats).
 * Registers declared in nested ``{ }`` scopes (inline assembly) share one flat namespace.
 * ``wgmma`` (sm_90a; no lesson uses it, benchmarks/tc_wgmma.cu does): m64nNk16 with f32 accumulation, A from shared
-  memory or registers, B from shared memory, run at once when the whole warpgroup has arrived (``ops_wgmma`` says
-  what it assumes; the descriptor and layout model is not yet confirmed on a GPU).
+  memory or registers, B from shared memory, run when the whole warpgroup has arrived, its result landing at the
+  wait_group that retires it (``ops_wgmma``; bit-equal to the H200 on every golden element of its twelve forms).
 * Not implemented (a clean ``unsupported`` finding): ``call`` (printf, non-inlined functions), ``.const`` and
   module-level ``.global`` variables, textures, ``cp.async.bulk``, named barriers with a thread count, ``%clock``;
   ``mma`` shapes and types beyond m16n8k8/m16n8k16 f16/bf16 (m16n8k8 tf32) and m8n8k16 s8/u8 (m16n8k4 tf32,

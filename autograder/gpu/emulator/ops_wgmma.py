@@ -2,8 +2,10 @@
 or from registers and B from shared memory, and wgmma.fence / commit_group / wait_group.
 
 No lesson uses it; it is here so that benchmarks/tc_wgmma.cu (issue 30's candidate for lesson 09's reference) can
-run on the CPU: its data flow, masks, pipeline barriers and shared-memory races.  What the emulator assumes and the
-GPU has not confirmed yet (``python benchmarks/tc_wgmma.py --selftest`` on an sm_90 GPU is the arbiter):
+run on the CPU: its data flow, masks, pipeline barriers and shared-memory races.  The H200 confirmed the layouts and
+the arithmetic (2026-12-05): the twelve wgmma forms of the golden data (128-, 64-, 32-byte swizzles and none, K- and
+MN-major, N = 8 to 256, bf16, A from registers, scale-d off, negated operands; tests/test_emulator_golden.py) are
+bit-equal in every element, and tc_wgmma's kernels passed their selftest and check on it.  What the model is:
 
 * wgmma.mma_async, commit_group and wait_group run when the whole warpgroup (four consecutive warps, threads
   128w .. 128w + 127 of a block whose size is a multiple of 128) has arrived.  The MMA reads its operands at once
@@ -22,7 +24,7 @@ GPU has not confirmed yet (``python benchmarks/tc_wgmma.py --selftest`` on an sm
 * Each 16-byte row of an operand is read as shared loads of two threads of the warpgroup, two warps apart (the
   async proxy reads for the whole warpgroup, so a write by any thread in the same barrier interval is a race, its
   writer being at least one of the two readers' other thread): bounds, races, uninitialised bytes, copies not landed.
-* Accumulation is ``ops_tensor.accumulate_f32`` (the H200's mma.sync model, measured there for mma.sync only).
+* Accumulation is ``ops_tensor.accumulate_f32``, the H200's mma.sync model: its wgmma accumulates the same way.
 * Register fragments (PTX ISA, "Register fragments and shared memory matrix layouts" of wgmma): warp v of the
   warpgroup holds rows 16v .. 16v + 15; lane 4g + t holds D's element (16v + g + 8 (i % 4 >= 2), 8 (i // 4) + 2t +
   i % 2) in register i, and A's (rows g, g + 8, columns 2t, 2t + 1, then + 8) as mma.m16n8k16's A fragment.
