@@ -196,6 +196,35 @@ __device__ __forceinline__ void store_rows(f16* O, const float (&o)[D / 2], floa
     }
 }
 
+// Where a block's tiles and rows are: Q (64 * NWG rows), then the K tiles, then the V tiles, in 1024-byte-aligned
+// shared memory; warpgroup wg, and this thread's two rows a and b; the K/V tiles the block's rows need. Requests
+// the block's Q and its head's first K and V tiles.
+template <int D, int BCT, int NWG>
+struct Block {
+    unsigned Qs, Ks, Vs;
+    int wg, q0, row_a, row_b, wg_first_row, tiles;
+    size_t head;                                                 // this block's head: offset of its (n, D)
+    __device__ __forceinline__ Block(int n, int causal, const f16* Q, const f16* K, const f16* V)
+    {
+        extern __shared__ __align__(1024) unsigned char shared_bytes[];
+        Qs = (smem_address(shared_bytes) + 1023) & ~1023u;
+        Ks = Qs + 64 * NWG * D * 2;
+        Vs = Ks + 2 * BCT * D * 2;                               // two K tiles
+        wg = threadIdx.x >> 7;
+        q0 = (gridDim.y - 1 - blockIdx.y) * 64 * NWG;          // the longest causal rows first
+        wg_first_row = q0 + 64 * wg;
+        row_a = wg_first_row + 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2);
+        row_b = row_a + 8;
+        const int kv_end = causal ? min(n, q0 + 64 * NWG) : n;
+        tiles = (kv_end + BCT - 1) / BCT;
+        head = (size_t)blockIdx.x * n * D;
+        load_panels<D, 128 * NWG, 64 * NWG>(Qs, Q + head, q0, n);
+        load_panels<D, 128 * NWG, BCT>(Ks, K + head, 0, n);
+        load_panels<D, 128 * NWG, BCT>(Vs, V + head, 0, n);
+        commit_copies();
+    }
+};
+
 // The plain kernel: per tile S = Q K^T, wait, softmax, O += P V, wait. K/V tiles in two stages (K0 K1 V0 V1).
 template <int D, int BCT, int NWG>
 __device__ __forceinline__ void flash_wgmma(const f16* __restrict__ Q, const f16* __restrict__ K,
@@ -204,24 +233,12 @@ __device__ __forceinline__ void flash_wgmma(const f16* __restrict__ Q, const f16
 {
     constexpr int BR = 64 * NWG, NT = 128 * NWG;
     constexpr unsigned TILE = BCT * D * 2;
-    extern __shared__ __align__(1024) unsigned char shared_bytes[];
-    const unsigned base = (smem_address(shared_bytes) + 1023) & ~1023u;   // panels 1024-byte aligned
-    const unsigned Qs = base, Ks = Qs + BR * D * 2, Vs = Ks + 2 * TILE;
-
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;    // the longest causal rows first
-    const size_t head = (size_t)blockIdx.x * n * D;
-    Q += head; K += head; V += head; O += head;
+    const Block<D, BCT, NWG> b(n, causal, Q, K, V);      // Q, K0 and V0 requested
+    Q += b.head; K += b.head; V += b.head; O += b.head;
+    const unsigned Qs = b.Qs, Ks = b.Ks, Vs = b.Vs;
+    const int wg = b.wg, row_a = b.row_a, row_b = b.row_b, wg_first_row = b.wg_first_row, tiles = b.tiles;
+    const int wg_last_row = wg_first_row + 63;
     const float sl = scale * 1.4426950408889634f;        // scores in log2 units: exp(x s) = 2^(x s log2 e)
-    const int row_a = q0 + 64 * wg + 16 * warp + (lane >> 2), row_b = row_a + 8;
-    const int wg_first_row = q0 + 64 * wg, wg_last_row = wg_first_row + 63;
-
-    const int kv_end = causal ? min(n, q0 + BR) : n;
-    const int tiles = (kv_end + BCT - 1) / BCT;
-    load_panels<D, NT, BR>(Qs, Q, q0, n);
-    load_panels<D, NT, BCT>(Ks, K, 0, n);
-    load_panels<D, NT, BCT>(Vs, V, 0, n);
-    commit_copies();
 
     float o[D / 2];
 #pragma unroll
@@ -267,25 +284,13 @@ __device__ __forceinline__ void flash_wgmma_overlap(const f16* __restrict__ Q, c
 {
     constexpr int BR = 64 * NWG, NT = 128 * NWG;
     constexpr unsigned TILE = BCT * D * 2;
-    extern __shared__ __align__(1024) unsigned char shared_bytes[];
-    const unsigned base = (smem_address(shared_bytes) + 1023) & ~1023u;
-    const unsigned Qs = base, Ks = Qs + BR * D * 2, Vs = Ks + 2 * TILE;
-
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;
-    const size_t head = (size_t)blockIdx.x * n * D;
-    Q += head; K += head; V += head; O += head;
-    const float sl = scale * 1.4426950408889634f;
-    const int row_a = q0 + 64 * wg + 16 * warp + (lane >> 2), row_b = row_a + 8;
-    const int wg_first_row = q0 + 64 * wg, wg_last_row = wg_first_row + 63;
-
-    const int kv_end = causal ? min(n, q0 + BR) : n;
-    const int tiles = (kv_end + BCT - 1) / BCT;
+    const Block<D, BCT, NWG> b(n, causal, Q, K, V);      // Q, K0 and V0 requested
+    Q += b.head; K += b.head; V += b.head; O += b.head;
+    const unsigned Qs = b.Qs, Ks = b.Ks, Vs = b.Vs;
+    const int wg = b.wg, row_a = b.row_a, row_b = b.row_b, wg_first_row = b.wg_first_row, tiles = b.tiles;
+    const int wg_last_row = wg_first_row + 63;
+    const float sl = scale * 1.4426950408889634f;        // scores in log2 units: exp(x s) = 2^(x s log2 e)
     const int wg_tiles = causal ? min(tiles, wg_last_row / BCT + 1) : tiles;   // tiles this warpgroup needs
-    load_panels<D, NT, BR>(Qs, Q, q0, n);
-    load_panels<D, NT, BCT>(Ks, K, 0, n);
-    load_panels<D, NT, BCT>(Vs, V, 0, n);
-    commit_copies();
 
     float o[D / 2];
 #pragma unroll
