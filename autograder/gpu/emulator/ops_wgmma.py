@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import Unsupported
-from .ops_tensor import ALIGN_BITS, _decode, _encode, accumulate_f32  # noqa: F401  (ALIGN_BITS: the model's)
+from .ops_tensor import _decode, _encode, accumulate_f32
 from .program import COLLECTIVE, PLAIN, Op, opcode
 
 WARPGROUP = 128
