@@ -462,3 +462,35 @@ def test_only_the_graders_own_threads_may_start_its_programs_after_student_code(
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["refused", "ran", "refused"], done.stdout + done.stderr
+
+
+def test_the_guard_never_loads_a_lazily_imported_module():
+    """CuPy 14 puts ``cupyx`` in ``sys.modules`` as a LazyLoader placeholder (loaded on first attribute access).
+    The guard and the payload's module scan used to touch it: with the GPU stand-in as ``cupy`` (no GPU, or the
+    emulator's bounds checks) that import failed and every GPU check was a grader fault.  Neither may load it."""
+    probe = textwrap.dedent("""
+        import importlib.abc, importlib.util, sys, types
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return None
+            def exec_module(self, module):
+                raise SystemExit("the lazy module was loaded")
+
+        spec = importlib.util.spec_from_loader("lazy_probe", importlib.util.LazyLoader(Loader()))
+        lazy = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(lazy)  # lazy: nothing runs until an attribute is read
+        sys.modules["lazy_probe"] = lazy
+        holder = types.ModuleType("holder_probe")
+        holder.lazy = lazy  # as cupy.__dict__ holds cupyx
+        sys.modules["holder_probe"] = holder
+
+        from autograder.isolation import guard
+        from autograder.isolation.run import student_modules
+        student_modules()
+        guard.install()
+        print("not loaded", type(lazy).__name__)
+        """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert done.returncode == 0 and "not loaded _LazyModule" in done.stdout, done.stdout + done.stderr

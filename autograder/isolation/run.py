@@ -46,6 +46,7 @@ import cloudpickle
 from . import cpu_time, fork_server
 from . import sandbox as sandbox_module
 from ..checks.core import CheckResult, get_check, shorten
+from .guard.state import loaded_modules
 from .home import private_home, worker_environment
 from .worker import STAGE, STARTED
 
@@ -124,7 +125,7 @@ def student_modules(folder: str | None = None) -> list:
     """
     folder = os.path.abspath(folder or os.getcwd())
     found = []
-    for name, module in list(sys.modules.items()):
+    for name, module in loaded_modules():
         path = getattr(module, "__file__", None)
         top = name.split(".")[0]
         if not isinstance(path, str) or top == "autograder":

@@ -38,7 +38,7 @@ import tracemalloc
 import _tracemalloc
 
 from .audit import _audit, _configure_files, allow_grader_program
-from .state import PACKAGE_DIR, REPOSITORY, Tampering, _state, refused_to_grader
+from .state import PACKAGE_DIR, REPOSITORY, Tampering, _state, loaded_modules, refused_to_grader
 from .undo import (_STUBS, _restore_builtins, _restore_gc, _signal_handlers, _thread_count, _undo, _watch,
                    trust_grader_changes)
 
@@ -55,12 +55,12 @@ def install(*, gpu: bool = False, secret_dirs=(), write_protected=()) -> None:
     """
     if _state["mode"] is not None:
         return
-    modules = [m for m in list(sys.modules.values()) if m is not None and hasattr(m, "__dict__")]
+    modules = [module for _, module in loaded_modules() if hasattr(module, "__dict__")]
     _configure_files(secret_dirs, write_protected)
     _state.update(mode="worker", main_thread=_thread.get_ident(), gpu=gpu,
                   module_dicts=frozenset(id(vars(m)) for m in modules),
                   type_ids=frozenset(id(v) for m in modules for v in list(vars(m).values())
-                                     if isinstance(v, type)),
+                                     if issubclass(type(v), type)),  # not isinstance: it reads __class__
                   signals=_signal_handlers(), threads=_thread_count())
     _watch()
     sys.addaudithook(_audit)

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import _thread
+import importlib.util
 import os
+import sys
 
 _state = {
     "mode": None,          # None, "worker" or "kernel"
@@ -20,6 +22,16 @@ _state = {
     "signals": {},                 # handlers at install (none before: nothing to restore)
     "threads": None,               # threads at install (None before: not counted)
 }
+
+def loaded_modules() -> list[tuple[str, object]]:
+    """``sys.modules`` without the entries that are not loaded modules: ``None`` and the placeholders of
+    :class:`importlib.util.LazyLoader`, whose first attribute access would import the module (CuPy 14 loads
+    ``cupyx`` so): then, not when the grader looks.  Touching one while the GPU stand-in is ``cupy``
+    (:func:`autograder.gpu.runtime.stand_in`) imports real CuPy code against the stand-in and fails."""
+    lazy = getattr(importlib.util, "_LazyModule", None)
+    return [(name, module) for name, module in list(sys.modules.items())
+            if module is not None and (lazy is None or type(module) is not lazy)]
+
 
 #: The repository checkout this package lives in (its solutions/ are the instructor's).
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # autograder/

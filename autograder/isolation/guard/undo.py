@@ -33,7 +33,7 @@ def _namespaces() -> dict[str, tuple]:
     for name, module in modules.items():
         spaces[name] = (vars(module), module)
         for value in list(vars(module).values()):
-            if isinstance(value, type) and value.__flags__ & _HEAP_TYPE and value.__module__ == module.__name__:
+            if issubclass(type(value), type) and value.__flags__ & _HEAP_TYPE and value.__module__ == module.__name__:
                 spaces[f"{name}.{value.__qualname__}"] = (vars(value), value)
     return spaces
 
