@@ -204,6 +204,32 @@ def main(argv=None) -> int:
     return 0
 
 
+def median_rows(runs: list[list[dict]]) -> list[dict]:
+    """The rows of several runs of :func:`measure_shapes` (same shapes, same kernels) as one: per shape the median
+    time of SDPA f16 and of each kernel, and each kernel's median ratio to SDPA (ratios are taken within a run, so
+    a run where the GPU was slower for both moves neither); the largest error of any run."""
+    import statistics
+
+    merged = []
+    for shape_rows in zip(*runs):
+        first = shape_rows[0]
+        flops = 4.0 * first["H"] * first["n"] ** 2 * first["d"] / (2 if first["causal"] else 1)
+        row = {key: first[key] for key in ("H", "n", "d", "causal")}
+        row["sdpa_f16_ms"] = statistics.median(r["sdpa_f16_ms"] for r in shape_rows)
+        row["sdpa_f16_tflops"] = flops / row["sdpa_f16_ms"] / 1e9
+        kernels = [k for k, v in first.items() if isinstance(v, dict)]
+        for name in kernels:
+            timed = [r[name] for r in shape_rows if "ms" in r.get(name, {})]
+            if len(timed) < len(shape_rows):
+                row[name] = {"error": f"timed in {len(timed)} of {len(shape_rows)} runs"}
+                continue
+            ms = statistics.median(c["ms"] for c in timed)
+            row[name] = {"ms": ms, "tflops": flops / ms / 1e9, "x_sdpa": statistics.median(c["x_sdpa"] for c in timed),
+                         "err": max(c["err"] for c in timed)}
+        merged.append(row)
+    return merged
+
+
 def table(result: dict) -> str:
     """TFLOP/s and the ratio to SDPA f16 per shape (columns) for each kernel (rows); min ratio, causal speedup."""
     rows = result["rows"]

@@ -3,7 +3,7 @@
     python benchmarks/tc_wgmma.py --compile                 # NVRTC sm_90a, no GPU: registers, spills, ptxas notes
     python benchmarks/tc_wgmma.py --emulate                 # no GPU: the selftest and the check on the PTX emulator
     python benchmarks/tc_wgmma.py --selftest                # on an sm_90 GPU: the two wgmma forms against NumPy
-    python benchmarks/tc_wgmma.py [--only a,b] [--out f.json]   # check against float64 and time, 8 shapes, H = 16
+    python benchmarks/tc_wgmma.py [--only a,b] [--runs 3] [--out f.json]   # check against float64, time 8 shapes, H = 16
 
 The kernels are benchmarks/tc_wgmma.cu (it says how they work), instantiated here per variant with the wgmma
 wrappers this module writes (one operand list per N). ``--selftest`` checks each wgmma form alone (S = Q K^T with
@@ -42,6 +42,10 @@ VARIANTS = {
     "wg3_bc64": (3, 128, 64, False, (1, 1)),
     "overlap_wg2_bc64": (2, 128, 64, True, (1, 1)),   # the other overlapped shapes spill (3 warpgroups; 128 keys at d 128)
     "wg2_bc64_x2": (2, 64, 64, False, (2, 1)),        # two blocks per SM spill at d = 128
+    # one warpgroup a block, several blocks an SM (4 at d = 64: 41 KiB each; 2 at d = 128: 81 KiB): the blocks'
+    # softmax and wgmma phases drift apart on their own (FA3's ping-pong, unsynchronised), for twice the K/V reads
+    # (128 keys a tile at d = 64 spill at 3 blocks an SM)
+    "wg1": (1, 64, 64, False, (4, 2)),
 }
 SELFTEST_N = (64, 128)
 SELFTEST_SHARED = 64 * 1024
@@ -255,6 +259,8 @@ def main(argv=None) -> int:
     ap.add_argument("--emulate", action="store_true", help="the selftest and the check on the PTX emulator (no GPU)")
     ap.add_argument("--selftest", action="store_true")
     ap.add_argument("--only", default=None, help="comma-separated variant names")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="time the eight shapes this many times over; the table of each, then their medians")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.compile:
@@ -275,7 +281,7 @@ def main(argv=None) -> int:
     if args.selftest:
         return 0
     from gpu_kernels import Timer, load_answers
-    from tc_variants import measure_shapes, table
+    from tc_variants import measure_shapes, median_rows, table
     errors = check(np, gpu_runner(cp, module), chosen)
     wrong = [v for v, e in errors.items() if not e <= CHECK_TOLERANCE]
     if wrong:
@@ -283,12 +289,18 @@ def main(argv=None) -> int:
         chosen = [v for v in chosen if v not in wrong]
     timer = Timer(cp, torch)
     lesson = load_answers("09_tensor_cores", {"cp": cp, "np": np, "math": math})["flash_attention_tc_gpu"]
-    rows = measure_shapes(cp, torch, timer, lesson,
-                          {name: (lambda d, name=name: launcher(cp, np, module, name, d)) for name in chosen})
+    launchers = {name: (lambda d, name=name: launcher(cp, np, module, name, d)) for name in chosen}
+    runs = [measure_shapes(cp, torch, timer, lesson, launchers) for _ in range(max(1, args.runs))]
     result = {"command": "python benchmarks/tc_wgmma.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "torch": torch.__version__,
-              "cupy": cp.__version__, "variants": {v: VARIANTS[v] for v in chosen}, "check_errors": errors, "rows": rows}
+              "cupy": cp.__version__, "variants": {v: VARIANTS[v] for v in chosen}, "check_errors": errors,
+              "rows": median_rows(runs) if len(runs) > 1 else runs[0]}
+    if len(runs) > 1:
+        result["runs"] = runs
+        for number, rows in enumerate(runs, 1):
+            print(f"run {number} of {len(runs)}\n" + table(dict(result, rows=rows)) + "\n")
+        print(f"medians over the {len(runs)} runs (ratios to SDPA taken within each run)")
     print(table(result))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -89,3 +89,23 @@ def test_reading_the_scores_before_their_wgmma_is_waited_for_fails_the_check():
     run = tc_wgmma.emulator_runner(tc_wgmma.source(cu_text=early))
     errors = tc_wgmma.check(np, run, ["wg2_bc64"], ((130, 128, True),))
     assert errors["wg2_bc64"] == float("inf")                   # the accumulators read as NaN
+
+
+def test_medians_over_runs_take_each_ratio_within_its_run():
+    """--runs N: per shape the median time of each kernel and of SDPA, and the median of the per-run ratios (a run
+    where the whole GPU was slower moves no ratio); a kernel not timed in every run has no median."""
+    import tc_variants
+
+    def run(sdpa_ms, kernel_ms, err):
+        return [{"H": 16, "n": 4096, "d": 128, "causal": False, "sdpa_f16_ms": sdpa_ms,
+                 "wg1": {"ms": kernel_ms, "x_sdpa": sdpa_ms / kernel_ms, "err": err},
+                 "wg2": {"ms": 1.0, "x_sdpa": sdpa_ms, "err": 0.0} if sdpa_ms < 2 else {"error": "failed"}}]
+
+    (row,) = tc_variants.median_rows([run(1.0, 2.0, 1e-4), run(1.5, 2.0, 3e-4), run(2.0, 2.5, 2e-4)])
+    flops = 4.0 * 16 * 4096 ** 2 * 128
+    assert row["sdpa_f16_ms"] == 1.5 and row["sdpa_f16_tflops"] == pytest.approx(flops / 1.5e9)
+    assert row["wg1"]["ms"] == 2.0 and row["wg1"]["x_sdpa"] == 0.75 and row["wg1"]["err"] == 3e-4
+    assert row["wg1"]["tflops"] == pytest.approx(flops / 2e9)
+    assert "timed in 2 of 3 runs" in row["wg2"]["error"]
+    assert "min x" in tc_variants.table({"rows": [row], "variants": {"wg1": None, "wg2": None}, "device": "GPU",
+                                         "date": "today", "torch": "t", "cupy": "c"}).splitlines()[3]
