@@ -220,3 +220,30 @@ def test_the_lesson_quotes_the_committed_tensor_core_benchmark():
     quoted = re.search(r'H200_MEASURED_TFLOPS = \{"урок 08, fp32": ([\d.]+), "урок 09, f16": ([\d.]+)\}', text)
     big = measured[(16384, 128, False)]
     assert (float(quoted[1]), float(quoted[2])) == (round(big["lesson08_fp32_tflops"], 1), round(big["tc_tflops"], 1))
+
+
+def test_the_wgmma_figures_of_section_7_are_the_committed_runs():
+    """Section 7's sentence on the wgmma reference (benchmarks/tc_wgmma.cu): at n = 16384, d = 128, non-causal, the
+    range of its two variants wg2_bc128 and wg2_bc64 over both committed H200 runs, the lesson's kernel in the same
+    runs, their ratios to SDPA f16 and the speedup over the lesson's kernel, as rounded in the text."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "lessons/09_tensor_cores.py").read_text(encoding="utf-8")
+    quoted = re.search(r"дали (\d+)–(\d+) TFLOP/s против\n#   (\d+)–(\d+) у ядра урока — ([\d.]+)–([\d.]+) от SDPA f16", text)
+    assert quoted, "section 7's wgmma sentence changed: update this test with it"
+    kernel, lesson, ratio, speedup = [], [], [], []
+    for name in ("tc_wgmma_h200.json", "tc_wgmma_h200_again.json"):
+        rows = json.loads((root / "benchmarks/results" / name).read_text())["rows"]
+        (row,) = [r for r in rows if (r["n"], r["d"], r["causal"]) == (16384, 128, False)]
+        lesson.append(row["lesson"]["tflops"])
+        for variant in ("wg2_bc128", "wg2_bc64"):
+            kernel.append(row[variant]["tflops"])
+            ratio.append(row[variant]["x_sdpa"])
+            speedup.append(row[variant]["tflops"] / row["lesson"]["tflops"])
+    assert [int(x) for x in quoted.groups()[:4]] == [round(min(kernel)), round(max(kernel)), round(min(lesson)),
+                                                     round(max(lesson))]
+    assert [float(x) for x in quoted.groups()[4:]] == [round(min(ratio), 2), round(max(ratio), 2)]
+    assert "около 1.2–1.3×" in text and 1.15 <= min(speedup) and max(speedup) < 1.35
