@@ -43,8 +43,32 @@ def test_a_raw_kernel_runs_on_the_emulator_and_writes_through_a_view():
 
 def test_an_out_of_bounds_access_stops_the_kernel_as_a_cuda_error_would():
     x, y = ecp.asarray(np.ones(4, np.float32)), ecp.empty(8, dtype=ecp.float32)
-    with pytest.raises(ecp.EmulatedFault, match=r"past_the_end остановлено эмулятором GPU.*args\[0\] вызова ядра(?s:.*)Что сделать: проверьте формулу индекса"):
+    with pytest.raises(ecp.EmulatedFault, match=r"past_the_end остановлено эмулятором GPU.*args\[0\] вызова ядра(?s:.*)Что сделать: проверьте формулу индекса") as fault:
         ecp.RawKernel(SCALE, "past_the_end")((1,), (8,), (x, y, np.int32(8)))
+    assert "До этого" not in str(fault.value)  # a plain out-of-bounds read: no earlier cause to name
+
+
+GARBAGE_INDEX = r'''
+extern "C" __global__ void gather(const float* x, float* y)
+{
+    __shared__ int idx[64];
+    if (threadIdx.x < 32) idx[threadIdx.x] = threadIdx.x;   // half of the table: the other half is garbage
+    __syncthreads();
+    y[threadIdx.x] = x[idx[threadIdx.x]];
+}
+'''
+
+
+def test_a_fault_names_the_garbage_read_that_led_to_it():
+    """An index read from shared memory nobody wrote faults where it is used (a global read out of bounds); the
+    message says so, and points at the read of garbage, which is where the bug is."""
+    x, y = ecp.asarray(np.ones(64, np.float32)), ecp.empty(64, dtype=ecp.float32)
+    with pytest.raises(ecp.EmulatedFault) as fault:
+        ecp.RawKernel(GARBAGE_INDEX, "gather")((1,), (64,), (x, y))
+    text = str(fault.value)
+    assert "остановлено эмулятором GPU" in text and "args[0]" in text
+    assert "До этого эмулятор заметил:" in text and "в которую никто не писал" in text, text
+    assert text.index("Что сделать: проверьте формулу индекса") < text.index("До этого"), text
 
 
 def test_the_device_is_a_t4_unless_told_otherwise():

@@ -218,9 +218,7 @@ class RawKernel:
         fatal = [f for f in result.findings if f.kind in FATAL]
         if fatal:
             __tracebackhide__ = True  # IPython: the student's cell is the frame to show, not the stand-in's
-            advice = ADVICE.get(fatal[0].kind)
-            raise EmulatedFault(f"ядро {self.name} остановлено эмулятором GPU: {fatal[0]}"
-                                + (f"\nЧто сделать: {advice}." if advice else ""))
+            raise EmulatedFault(fault_message(self.name, fatal[0], result.findings))
 
 
 class _Device:
@@ -370,6 +368,24 @@ ADVICE = {
     "partial_warp_collective": "__shfl_sync / __ballot_sync / mma.sync вызваны не всеми потоками из маски: "
                                "вызывайте их всем варпом, а лишние потоки отбрасывайте после",
 }
+
+
+#: Findings that may have made a later fault: a read of garbage (an index, an address) is where the bug is, the fault
+#: only where the garbage was used.
+CAUSES = ("uninitialized_shared", "race", "cp_async_pending")
+
+
+def fault_message(kernel: str, fatal, found: list) -> str:
+    """Why the launch of ``kernel`` stopped (``fatal``), with what to do; and the first finding of ``found`` that
+    may have caused it (a read of shared memory nobody wrote, a race), which the fault's own line does not show."""
+    lines = [f"ядро {kernel} остановлено эмулятором GPU: {fatal}"]
+    if fatal.kind in ADVICE:
+        lines.append(f"Что сделать: {ADVICE[fatal.kind]}.")
+    cause = next((f for f in found if f.kind in CAUSES), None)
+    if cause is not None:
+        lines.append(f"До этого эмулятор заметил: {cause}\nСкорее всего, остановка — его следствие (мусорный индекс "
+                     f"или адрес): {ADVICE[cause.kind]}.")
+    return "\n".join(lines)
 
 
 def findings_message(found: list) -> str:

@@ -23,19 +23,19 @@ _state = {
     "threads": None,               # threads at install (None before: not counted)
 }
 
-def loaded_modules() -> list[tuple[str, object]]:
-    """``sys.modules`` without the entries that are not loaded modules: ``None`` and the placeholders of
-    :class:`importlib.util.LazyLoader`, whose first attribute access would import the module (CuPy 14 loads
-    ``cupyx`` so): then, not when the grader looks.  Touching one while the GPU stand-in is ``cupy``
-    (:func:`autograder.gpu.runtime.stand_in`) imports real CuPy code against the stand-in and fails."""
-    lazy = getattr(importlib.util, "_LazyModule", None)
-    return [(name, module) for name, module in list(sys.modules.items())
-            if module is not None and (lazy is None or type(module) is not lazy)]
-
-
 #: The repository checkout this package lives in (its solutions/ are the instructor's).
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # autograder/
 REPOSITORY = os.path.dirname(PACKAGE_DIR)
+
+
+def loaded_modules() -> list[tuple[str, object]]:
+    """``sys.modules`` less what is not a loaded module: ``None``, and the placeholders of
+    :class:`importlib.util.LazyLoader`, whose first attribute access imports the module (CuPy 14 puts ``cupyx``
+    there so).  The grader looking at one must not be what imports it: with the GPU stand-in as ``cupy``
+    (:func:`autograder.gpu.runtime.stand_in`) that import runs real CuPy code against the stand-in and fails."""
+    lazy = getattr(importlib.util, "_LazyModule", None)
+    return [(name, module) for name, module in list(sys.modules.items())
+            if module is not None and (lazy is None or type(module) is not lazy)]
 
 
 class Tampering(Exception):
