@@ -71,6 +71,25 @@ def test_a_fault_names_the_garbage_read_that_led_to_it():
     assert text.index("Что сделать: проверьте формулу индекса") < text.index("До этого"), text
 
 
+def test_a_checks_message_keeps_the_faults_explanation_whole():
+    """A student's exception text is cut at 500 characters in a check's message; the stand-in's fault, written for
+    the student and longer than that with its cause, is kept whole."""
+    from autograder.checks.core import CheckFailed, call_student
+
+    def student_function():
+        x, y = ecp.asarray(np.ones(64, np.float32)), ecp.empty(64, dtype=ecp.float32)
+        ecp.RawKernel(GARBAGE_INDEX, "gather")((1,), (64,), (x, y))
+
+    def long_error():
+        raise ValueError("x" * 2000)
+
+    with pytest.raises(CheckFailed) as failure:
+        call_student(student_function, case="64 потока")
+    assert "До этого эмулятор заметил:" in str(failure.value) and "обрезано" not in str(failure.value)
+    with pytest.raises(CheckFailed, match="обрезано, всего 2000 символов"):
+        call_student(long_error, case="1")
+
+
 def test_the_device_is_a_t4_unless_told_otherwise():
     assert ecp.cuda.Device().attributes["MultiProcessorCount"] == 40
     assert ecp.cuda.runtime.getDeviceProperties(0)["major"] == 7

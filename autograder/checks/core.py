@@ -49,6 +49,12 @@ class GraderFault(Exception):
     student code into a :class:`CheckFailed`."""
 
 
+class ExplainedError(Exception):
+    """An error the grader's own code raises inside a student's call (the GPU stand-in stopping a kernel), with a
+    message written for the student: :func:`call_student` keeps it whole (up to :data:`MAX_MESSAGE_CHARS`) where it
+    cuts any other exception's text at 500 characters."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Check:
     """A registered check: its id (``lessonNN.name``), points, title and timeout."""
@@ -236,9 +242,10 @@ def call_student(function: Any, *args, case: str, what: str = "функция", 
             name, text = guard.describe(error)  # its __str__ is student code
         except guard.Tampering as tampering:
             raise CheckFailed(f"Нарушение правил проверки на случае {case}: {tampering}.") from None
+        limit = MAX_MESSAGE_CHARS if isinstance(error, ExplainedError) else 500
         raise CheckFailed(shorten(
             f"{what} выбросила исключение на случае {case}:\n"
-            f"{name}: {shorten(text, 500)}\n{where}")) from None
+            f"{name}: {shorten(text, limit)}\n{where}")) from None
 
 
 # --- comparing arrays ------------------------------------------------------------------------

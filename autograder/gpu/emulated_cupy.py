@@ -28,6 +28,7 @@ import types
 
 import numpy as np
 
+from ..checks.core import ExplainedError
 from . import nvrtc
 from .allocations import AllocationSizes
 from .emulator import launch
@@ -65,7 +66,7 @@ LAUNCHES: list = []
 ACTIVE = False
 
 
-class EmulatedFault(RuntimeError):
+class EmulatedFault(RuntimeError, ExplainedError):
     """A kernel did what stops a GPU (an illegal address, a misaligned access) or what the emulator cannot run."""
 
 
