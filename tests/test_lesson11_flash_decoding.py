@@ -76,6 +76,20 @@ def test_the_notebook_quotes_the_committed_benchmark():
         assert got["share"] == pytest.approx(row["share"], rel=5e-3)
 
 
+def test_the_notebooks_data_cell_is_what_the_cell_script_prints():
+    """benchmarks/decode_lesson_cell.py prints the lesson's BENCH_DECODE_H200 from the committed JSON, character for
+    character: after a new run of decode_kernels.py its output is what to paste."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("decode_lesson_cell", course.ROOT / "benchmarks" / "decode_lesson_cell.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    source = course.text_source(LESSON).read_text(encoding="utf-8")
+    start = source.index("BENCH_DECODE_H200 = {")
+    measured = json.loads(script.DEFAULT.read_text(encoding="utf-8"))
+    assert source[start:source.index("\n\n# %%", start)] == script.cell_text(measured)
+
+
 def test_the_gpu_part_makes_it_a_gpu_lesson_and_the_numpy_part_needs_none():
     """Is lesson 11 graded with the GPU lessons (--only-gpu grades both parts there), its NumPy checks and
     the compile check runnable anywhere, and its run checks uncapped GPU checks?"""
