@@ -13,7 +13,9 @@ Hkv=8, d=128), page size 16, a shuffled page pool, every sequence of the batch t
 * a sweep of ``num_splits`` at batch 1 (why split-KV exists), per call and as a CUDA graph;
 * ``graph``: the kernel's call captured once as a CUDA graph and replayed (as serving engines run decode steps):
   the GPU's own time, without the host's per-call cost (CuPy packing the arguments, the launches, allocations),
-  which bounds back-to-back calls of small sizes.
+  which bounds back-to-back calls of small sizes;
+* ``vs copy``: a copy moving the same bytes through DRAM (KV / 2 read, KV / 2 written), as a graph, over the
+  kernel's graph time: the share of what a copy itself reaches at that size (its own ramp and tail).
 
 Bandwidth is "effective": the K and V bytes the lengths require divided by the time; its ceiling is the
 device-to-device copy bandwidth measured in the same run (bytes read + written per second).  The byte
@@ -92,6 +94,18 @@ def copy_bandwidth(nbytes: int = 2**31) -> float:
     dst = cp.empty_like(src)
     ms = time_ms(lambda: dst.__setitem__(Ellipsis, src), repeat=5, rounds=5)
     return 2 * nbytes / (ms * 1e-3)
+
+
+def same_traffic_copy(kv_bytes: int) -> dict:
+    """A device-to-device copy that moves as many bytes through DRAM as the kernel reads (``kv_bytes / 2`` read and
+    as many written), per call and as a CUDA graph: at a few tens of MB a copy pays the same ramp and tail as the
+    kernel, so this is the ceiling at that size, beside the large copy's bandwidth."""
+    src = cp.ones(kv_bytes // 8, dtype=cp.float32)
+    dst = cp.empty_like(src)
+    out = {"copy_same_traffic_ms": time_ms(lambda: dst.__setitem__(Ellipsis, src)),
+           "copy_same_traffic_graph_ms": graph_ms(lambda d, s: d.__setitem__(Ellipsis, s), dst, src)}
+    del src, dst
+    return out
 
 
 def make_cache(B: int, L: int, seed: int = 0):
@@ -174,7 +188,7 @@ def main() -> None:
     if args.quick:
         batches, lengths = (1, 8), (4096, 32768)
     rows = []
-    header = (f"{'B':>3} {'L':>6} {'KV MB':>8} {'splits':>6} {'ms':>8} {'GB/s':>6} {'share':>6} {'graph':>6} "
+    header = (f"{'B':>3} {'L':>6} {'KV MB':>8} {'splits':>6} {'ms':>8} {'GB/s':>6} {'share':>6} {'graph':>6} {'vs copy':>7} "
               f"{'g+sdpa32':>9} {'x floor':>7} {'sdpa32%':>7} {'g+sdpa16':>9} {'x floor':>7} {'sdpa16%':>7} {'speedup':>7}")
     print(header, flush=True)
     skip = {tuple(int(x) for x in item.split("x")) for item in args.skip.split(",") if item}
@@ -200,6 +214,9 @@ def main() -> None:
             row["graph_ms"] = graphed
             if isinstance(graphed, float):
                 row["graph_share"] = kv / (graphed * 1e-3) / copy
+            row.update(same_traffic_copy(kv))
+            if isinstance(graphed, float) and isinstance(row["copy_same_traffic_graph_ms"], float):
+                row["graph_vs_same_traffic_copy"] = row["copy_same_traffic_graph_ms"] / graphed
             if use_torch:
                 for dt in ("fp32", "bf16"):
                     base = torch_baselines(q, k, v, table, L, dt)
@@ -212,9 +229,11 @@ def main() -> None:
                 row["speedup_vs_gather_sdpa_fp32"] = row["gather_sdpa_fp32_ms"] / ms
             rows.append(row)
             graph_cell = f"{100 * row['graph_share']:.0f}%" if "graph_share" in row else "n/a"
+            vs_copy = row.get("graph_vs_same_traffic_copy")
+            vs_copy_cell = f"{100 * vs_copy:.0f}%" if vs_copy is not None else "n/a"
             print(f"{B:>3} {L:>6} {kv / 1e6:>8.0f} {row['num_splits']:>6} {ms:>8.3f} {kv / ms / 1e6:>6.0f} "
                   f"{100 * row['kernel_share']:>5.0f}% "
-                  f"{graph_cell:>6} "
+                  f"{graph_cell:>6} {vs_copy_cell:>7} "
                   + ("" if not use_torch else
                      f"{row['gather_sdpa_fp32_ms']:>9.3f} {row['gather_sdpa_fp32_x_floor']:>7.1f} "
                      f"{100 * row['sdpa_contiguous_fp32_share']:>6.0f}% {row['gather_sdpa_bf16_ms']:>9.3f} "
