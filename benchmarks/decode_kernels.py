@@ -15,7 +15,8 @@ Hkv=8, d=128), page size 16, a shuffled page pool, every sequence of the batch t
   the GPU's own time, without the host's per-call cost (CuPy packing the arguments, the launches, allocations),
   which bounds back-to-back calls of small sizes;
 * ``vs copy``: a copy moving the same bytes through DRAM (KV / 2 read, KV / 2 written), as a graph, over the
-  kernel's graph time: the share of what a copy itself reaches at that size (its own ramp and tail).
+  kernel's graph time (the faster of the copy's per-call and graph times): the share of what a copy itself reaches
+  at that size (its own ramp and tail).
 
 Bandwidth is "effective": the K and V bytes the lengths require divided by the time; its ceiling is the
 device-to-device copy bandwidth measured in the same run (bytes read + written per second).  The byte
@@ -106,6 +107,12 @@ def same_traffic_copy(kv_bytes: int) -> dict:
            "copy_same_traffic_graph_ms": graph_ms(lambda d, s: d.__setitem__(Ellipsis, s), dst, src)}
     del src, dst
     return out
+
+
+def same_traffic_copy_ms(row: dict) -> float:
+    """The faster of the copy's two times: captured in a graph, a copy of a GB or more ran about 1.5x slower than
+    launched by CuPy on the H200 (2026-12-05), and below 600 MB both agreed within a few percent."""
+    return min(t for t in (row["copy_same_traffic_ms"], row["copy_same_traffic_graph_ms"]) if isinstance(t, float))
 
 
 def make_cache(B: int, L: int, seed: int = 0):
@@ -215,8 +222,8 @@ def main() -> None:
             if isinstance(graphed, float):
                 row["graph_share"] = kv / (graphed * 1e-3) / copy
             row.update(same_traffic_copy(kv))
-            if isinstance(graphed, float) and isinstance(row["copy_same_traffic_graph_ms"], float):
-                row["graph_vs_same_traffic_copy"] = row["copy_same_traffic_graph_ms"] / graphed
+            if isinstance(graphed, float):
+                row["graph_vs_same_traffic_copy"] = same_traffic_copy_ms(row) / graphed
             if use_torch:
                 for dt in ("fp32", "bf16"):
                     base = torch_baselines(q, k, v, table, L, dt)
