@@ -22,14 +22,6 @@ case "${1:-}" in kernels | golden | grading | banks | lesson11 | decode) ;; *) s
 OUT=${OUT:?set OUT to the folder the results go to}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
-# Lesson 11 with its kernel's block-table slice in shared memory waits for the lesson11 and decode runs before it
-# lands (benchmarks/pending/README.md): they apply it to the device's copy of the tree, never here.
-apply_pending() {
-    local pending=benchmarks/pending/lesson11_pagetable.patch
-    [ -f $pending ] || return 0
-    patch -p1 -R -f -s --dry-run <$pending >/dev/null 2>&1 && return 0   # applied already (a warm machine's copy)
-    patch -p1 -E -f -s <$pending || exit 1
-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
 
 case "${1:-}" in
@@ -39,8 +31,8 @@ kernels)
     # three runs side by side: a goal met in one run only is not met (tensor_cores_goals.txt, 2026-12-05)
     python3 benchmarks/tc_wgmma.py --only wg2_bc128,wg2_bc64,wg2_bc64_x2,wg1 --runs 3 \
         --out "$OUT/tc_wgmma.json" 2>&1 | tail -60
-    # lesson 11: the lesson's kernel and the two page-table candidates
-    for v in "" decode_variant_pagetable decode_variant_pagetable_lastblock; do
+    # lesson 11: the lesson's kernel and the last-block merge candidate
+    for v in "" decode_variant_lastblock; do
         python3 benchmarks/decode_kernels.py --no-torch ${v:+--source benchmarks/$v.py} \
             --skip 64x1024,64x4096,64x8192,64x32768,8x32768 --out "$OUT/decode_${v:-lesson}.json" 2>&1 | tail -25
     done
@@ -59,24 +51,22 @@ grading)
 banks)
     shift
     for lesson in "$@"; do
-        AUTOGRADER_GPU_BOUNDS=emulator GPU_BANK_WORKERS=15 timeout 280 \
-            python3 -m pytest -q tests/test_gpu_lessons.py -k "bank and $lesson" -p no:cacheprovider 2>&1 \
-            | tail -15 | tee "$OUT/banks_$lesson.txt"
+        AUTOGRADER_GPU_BOUNDS=emulator GPU_BANK_WORKERS=15 GPU_TEST_REPORT="$OUT/bank_report.json" timeout 280 \
+            python3 -m pytest -q tests/test_gpu_lessons.py -k "bank and $lesson" -p no:cacheprovider >"$OUT/banks_$lesson.txt" 2>&1
+        grep -E "^(E  |FAILED|[0-9]+ (passed|failed))" "$OUT/banks_$lesson.txt" | tail -30
     done
     ;;
 lesson11)
-    apply_pending
     for arch in "" 75; do   # the bank's verdicts native (sm_90), then from compute_75 PTX
         AUTOGRADER_FORCE_PTX_ARCH=$arch GPU_BANK_WORKERS=15 timeout 200 \
-            python3 -m pytest -q tests/test_gpu_lessons.py -k "bank and 11" -p no:cacheprovider 2>&1 \
-            | tail -15 | tee "$OUT/banks_11_${arch:-native}.txt"
+            python3 -m pytest -q tests/test_gpu_lessons.py -k "bank and 11" -p no:cacheprovider >"$OUT/banks_11_${arch:-native}.txt" 2>&1
+        grep -E "^(E  |FAILED|[0-9]+ (passed|failed))" "$OUT/banks_11_${arch:-native}.txt" | tail -30
     done
     timeout 150 python3 benchmarks/emulator_vs_h200.py --lessons 11 --workers 15 \
         --out benchmarks/results/emulator_vs_h200.json 2>&1 | tail -20
     cp benchmarks/results/emulator_vs_h200.json "$OUT/"
     ;;
 decode)
-    apply_pending
     python3 benchmarks/decode_kernels.py --out "$OUT/decode_kernels_h200.json" 2>&1 | tail -40
     ;;
 esac

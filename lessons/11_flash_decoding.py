@@ -356,148 +356,156 @@ grade('lesson11.memory', paged_decode, cases=[{'B': 2, 'Hq': 2, 'Hkv': 1, 'd': 3
 # Замер из benchmarks/results/decode_kernels_h200.json (округлено до 3 знаков; tests/test_lesson11_flash_decoding.py сверяет)
 BENCH_DECODE_H200 = {'device': 'NVIDIA H200',
  'sm_count': 132,
- 'date': '2026-12-01T11:02:31+00:00',
- 'command': 'python benchmarks/decode_kernels.py --skip ""',
+ 'date': '2026-12-05T14:32:33+00:00',
+ 'command': 'python benchmarks/decode_kernels.py --out /root/out/decode_kernels_h200.json',
  'versions': {'python': '3.12.3', 'numpy': '2.5.2', 'cupy': '14.2.0', 'torch': '2.11.0+cu130'},
  'copy_bandwidth_Bps': 4250000000000.0,
  'rows': [{'B': 1,
            'L': 1024,
            'kv_bytes': 8388608,
            'num_splits': 8,
-           'kernel_share': 0.0728,
-           'gather_sdpa_fp32_x_floor': 80.5,
-           'sdpa_contiguous_fp32_share': 0.0173,
-           'gather_sdpa_bf16_x_floor': 68.8,
-           'sdpa_contiguous_bf16_share': 0.0374,
-           'speedup_vs_gather_sdpa_fp32': 5.86},
+           'kernel_share': 0.0364,
+           'gather_sdpa_fp32_x_floor': 130.0,
+           'sdpa_contiguous_fp32_share': 0.011,
+           'gather_sdpa_bf16_x_floor': 108.0,
+           'sdpa_contiguous_bf16_share': 0.0251,
+           'speedup_vs_gather_sdpa_fp32': 4.73},
           {'B': 1,
            'L': 4096,
            'kv_bytes': 33554432,
            'num_splits': 32,
-           'kernel_share': 0.279,
-           'gather_sdpa_fp32_x_floor': 22.4,
-           'sdpa_contiguous_fp32_share': 0.0597,
-           'gather_sdpa_bf16_x_floor': 26.2,
-           'sdpa_contiguous_bf16_share': 0.129,
-           'speedup_vs_gather_sdpa_fp32': 6.27},
+           'kernel_share': 0.162,
+           'gather_sdpa_fp32_x_floor': 31.8,
+           'sdpa_contiguous_fp32_share': 0.0437,
+           'gather_sdpa_bf16_x_floor': 28.7,
+           'sdpa_contiguous_bf16_share': 0.0994,
+           'speedup_vs_gather_sdpa_fp32': 5.15},
           {'B': 1,
            'L': 8192,
            'kv_bytes': 67108864,
            'num_splits': 64,
-           'kernel_share': 0.369,
-           'gather_sdpa_fp32_x_floor': 16.3,
-           'sdpa_contiguous_fp32_share': 0.0763,
-           'gather_sdpa_bf16_x_floor': 8.67,
-           'sdpa_contiguous_bf16_share': 0.214,
-           'speedup_vs_gather_sdpa_fp32': 6.0},
+           'kernel_share': 0.327,
+           'gather_sdpa_fp32_x_floor': 16.6,
+           'sdpa_contiguous_fp32_share': 0.0756,
+           'gather_sdpa_bf16_x_floor': 14.0,
+           'sdpa_contiguous_bf16_share': 0.227,
+           'speedup_vs_gather_sdpa_fp32': 5.42},
           {'B': 1,
            'L': 32768,
            'kv_bytes': 268435456,
            'num_splits': 66,
-           'kernel_share': 0.798,
-           'gather_sdpa_fp32_x_floor': 13.7,
-           'sdpa_contiguous_fp32_share': 0.0883,
-           'gather_sdpa_bf16_x_floor': 3.8,
-           'sdpa_contiguous_bf16_share': 0.73,
-           'speedup_vs_gather_sdpa_fp32': 10.9},
+           'kernel_share': 0.814,
+           'gather_sdpa_fp32_x_floor': 13.8,
+           'sdpa_contiguous_fp32_share': 0.0885,
+           'gather_sdpa_bf16_x_floor': 3.91,
+           'sdpa_contiguous_bf16_share': 0.693,
+           'speedup_vs_gather_sdpa_fp32': 11.2},
           {'B': 8,
            'L': 1024,
            'kv_bytes': 67108864,
            'num_splits': 8,
-           'kernel_share': 0.356,
-           'gather_sdpa_fp32_x_floor': 16.9,
-           'sdpa_contiguous_fp32_share': 0.0766,
-           'gather_sdpa_bf16_x_floor': 14.3,
-           'sdpa_contiguous_bf16_share': 0.248,
-           'speedup_vs_gather_sdpa_fp32': 6.01},
+           'kernel_share': 0.327,
+           'gather_sdpa_fp32_x_floor': 20.1,
+           'sdpa_contiguous_fp32_share': 0.076,
+           'gather_sdpa_bf16_x_floor': 26.1,
+           'sdpa_contiguous_bf16_share': 0.182,
+           'speedup_vs_gather_sdpa_fp32': 6.58},
           {'B': 8,
            'L': 4096,
            'kv_bytes': 268435456,
            'num_splits': 8,
-           'kernel_share': 0.822,
-           'gather_sdpa_fp32_x_floor': 14.1,
-           'sdpa_contiguous_fp32_share': 0.0919,
-           'gather_sdpa_bf16_x_floor': 3.77,
-           'sdpa_contiguous_bf16_share': 0.667,
-           'speedup_vs_gather_sdpa_fp32': 11.6},
+           'kernel_share': 0.835,
+           'gather_sdpa_fp32_x_floor': 14.0,
+           'sdpa_contiguous_fp32_share': 0.0903,
+           'gather_sdpa_bf16_x_floor': 3.81,
+           'sdpa_contiguous_bf16_share': 0.659,
+           'speedup_vs_gather_sdpa_fp32': 11.7},
           {'B': 8,
            'L': 8192,
            'kv_bytes': 536870912,
            'num_splits': 8,
-           'kernel_share': 0.906,
+           'kernel_share': 0.918,
            'gather_sdpa_fp32_x_floor': 14.4,
-           'sdpa_contiguous_fp32_share': 0.0884,
-           'gather_sdpa_bf16_x_floor': 3.54,
-           'sdpa_contiguous_bf16_share': 0.823,
-           'speedup_vs_gather_sdpa_fp32': 13.0},
+           'sdpa_contiguous_fp32_share': 0.0877,
+           'gather_sdpa_bf16_x_floor': 3.56,
+           'sdpa_contiguous_bf16_share': 0.851,
+           'speedup_vs_gather_sdpa_fp32': 13.2},
           {'B': 8,
            'L': 32768,
            'kv_bytes': 2147483648,
            'num_splits': 8,
-           'kernel_share': 0.978,
+           'kernel_share': 0.994,
            'gather_sdpa_fp32_x_floor': 14.2,
-           'sdpa_contiguous_fp32_share': 0.0905,
-           'gather_sdpa_bf16_x_floor': 3.3,
-           'sdpa_contiguous_bf16_share': 1.0,
-           'speedup_vs_gather_sdpa_fp32': 13.8},
+           'sdpa_contiguous_fp32_share': 0.0902,
+           'gather_sdpa_bf16_x_floor': 3.4,
+           'sdpa_contiguous_bf16_share': 0.997,
+           'speedup_vs_gather_sdpa_fp32': 14.1},
           {'B': 64,
            'L': 1024,
            'kv_bytes': 536870912,
            'num_splits': 1,
-           'kernel_share': 0.84,
+           'kernel_share': 0.849,
            'gather_sdpa_fp32_x_floor': 14.4,
-           'sdpa_contiguous_fp32_share': 0.0884,
-           'gather_sdpa_bf16_x_floor': 3.53,
-           'sdpa_contiguous_bf16_share': 0.862,
-           'speedup_vs_gather_sdpa_fp32': 12.1},
+           'sdpa_contiguous_fp32_share': 0.0876,
+           'gather_sdpa_bf16_x_floor': 3.52,
+           'sdpa_contiguous_bf16_share': 0.86,
+           'speedup_vs_gather_sdpa_fp32': 12.2},
           {'B': 64,
            'L': 4096,
            'kv_bytes': 2147483648,
            'num_splits': 1,
-           'kernel_share': 0.99,
-           'gather_sdpa_fp32_x_floor': 14.0,
-           'sdpa_contiguous_fp32_share': 0.0917,
-           'gather_sdpa_bf16_x_floor': 3.29,
-           'sdpa_contiguous_bf16_share': 0.997,
-           'speedup_vs_gather_sdpa_fp32': 13.9},
+           'kernel_share': 0.998,
+           'gather_sdpa_fp32_x_floor': 14.1,
+           'sdpa_contiguous_fp32_share': 0.0908,
+           'gather_sdpa_bf16_x_floor': 3.34,
+           'sdpa_contiguous_bf16_share': 0.995,
+           'speedup_vs_gather_sdpa_fp32': 14.1},
           {'B': 64,
            'L': 8192,
            'kv_bytes': 4294967296,
            'num_splits': 1,
-           'kernel_share': 1.0,
+           'kernel_share': 1.01,
            'gather_sdpa_fp32_x_floor': 14.1,
-           'sdpa_contiguous_fp32_share': 0.091,
-           'gather_sdpa_bf16_x_floor': 3.26,
-           'sdpa_contiguous_bf16_share': 0.987,
-           'speedup_vs_gather_sdpa_fp32': 14.1},
+           'sdpa_contiguous_fp32_share': 0.0911,
+           'gather_sdpa_bf16_x_floor': 3.27,
+           'sdpa_contiguous_bf16_share': 1.02,
+           'speedup_vs_gather_sdpa_fp32': 14.2},
           {'B': 64,
            'L': 32768,
            'kv_bytes': 17179869184,
            'num_splits': 1,
            'kernel_share': 0.989,
-           'gather_sdpa_fp32_x_floor': 14.1,
+           'gather_sdpa_fp32_x_floor': 14.0,
            'sdpa_contiguous_fp32_share': 0.0916,
-           'gather_sdpa_bf16_x_floor': 3.55,
-           'sdpa_contiguous_bf16_share': 0.92,
+           'gather_sdpa_bf16_x_floor': 3.56,
+           'sdpa_contiguous_bf16_share': 1.05,
            'speedup_vs_gather_sdpa_fp32': 13.9}],
- 'splits_sweep': [{'L': 8192, 'num_splits': 1, 'share': 0.0261},
-                  {'L': 8192, 'num_splits': 2, 'share': 0.0507},
-                  {'L': 8192, 'num_splits': 4, 'share': 0.0959},
-                  {'L': 8192, 'num_splits': 8, 'share': 0.177},
-                  {'L': 8192, 'num_splits': 16, 'share': 0.312},
-                  {'L': 8192, 'num_splits': 32, 'share': 0.463},
-                  {'L': 8192, 'num_splits': 64, 'share': 0.534},
-                  {'L': 8192, 'num_splits': 128, 'share': 0.471},
-                  {'L': 8192, 'num_splits': 256, 'share': 0.388},
-                  {'L': 32768, 'num_splits': 1, 'share': 0.0268},
-                  {'L': 32768, 'num_splits': 2, 'share': 0.0526},
-                  {'L': 32768, 'num_splits': 4, 'share': 0.103},
-                  {'L': 32768, 'num_splits': 8, 'share': 0.201},
-                  {'L': 32768, 'num_splits': 16, 'share': 0.382},
-                  {'L': 32768, 'num_splits': 32, 'share': 0.636},
-                  {'L': 32768, 'num_splits': 64, 'share': 0.805},
-                  {'L': 32768, 'num_splits': 128, 'share': 0.749},
-                  {'L': 32768, 'num_splits': 256, 'share': 0.685}]}
+ 'splits_sweep': [{'L': 8192, 'num_splits': 1, 'share': 0.0274},
+                  {'L': 8192, 'num_splits': 2, 'share': 0.054},
+                  {'L': 8192, 'num_splits': 4, 'share': 0.104},
+                  {'L': 8192, 'num_splits': 8, 'share': 0.192},
+                  {'L': 8192, 'num_splits': 16, 'share': 0.294},
+                  {'L': 8192, 'num_splits': 32, 'share': 0.303},
+                  {'L': 8192, 'num_splits': 33, 'share': 0.303},
+                  {'L': 8192, 'num_splits': 64, 'share': 0.323},
+                  {'L': 8192, 'num_splits': 66, 'share': 0.296},
+                  {'L': 8192, 'num_splits': 99, 'share': 0.303},
+                  {'L': 8192, 'num_splits': 128, 'share': 0.323},
+                  {'L': 8192, 'num_splits': 132, 'share': 0.294},
+                  {'L': 8192, 'num_splits': 256, 'share': 0.302},
+                  {'L': 32768, 'num_splits': 1, 'share': 0.028},
+                  {'L': 32768, 'num_splits': 2, 'share': 0.0556},
+                  {'L': 32768, 'num_splits': 4, 'share': 0.11},
+                  {'L': 32768, 'num_splits': 8, 'share': 0.214},
+                  {'L': 32768, 'num_splits': 16, 'share': 0.402},
+                  {'L': 32768, 'num_splits': 32, 'share': 0.652},
+                  {'L': 32768, 'num_splits': 33, 'share': 0.657},
+                  {'L': 32768, 'num_splits': 64, 'share': 0.826},
+                  {'L': 32768, 'num_splits': 66, 'share': 0.818},
+                  {'L': 32768, 'num_splits': 99, 'share': 0.687},
+                  {'L': 32768, 'num_splits': 128, 'share': 0.759},
+                  {'L': 32768, 'num_splits': 132, 'share': 0.757},
+                  {'L': 32768, 'num_splits': 256, 'share': 0.689}]}
 
 # %%
 my_guess_share_no_split = None   # ваш прогноз: доля копирования память→память при num_splits = 1, например 0.3
@@ -585,12 +593,17 @@ else:
 # | --- | --- |
 # | цикл по b, голове K/V, группе s | блок CUDA `(split, kvh, b)`: `blockIdx.x = split`, `blockIdx.y = kvh`, `blockIdx.z = b`; 128 потоков = 4 варпа |
 # | G голов запроса одной головы K/V | все G векторов q — в регистрах каждого варпа: строку K/V читают **один** раз на все G голов |
-# | страница за страницей | варп берёт позиции группы порциями по RUN подряд (4 варпа — по очереди), `page = block_table[b, t / page_size]`, позиции `t ≥ lengths[b]` не читаются |
+# | страница за страницей | страницы своей группы блок один раз читает из `block_table` в разделяемую память (`sm_pages`, до `TABLE_SLOTS` = 512 страниц); варп берёт позиции группы порциями по RUN подряд (4 варпа — по очереди), `page = sm_pages[t / page_size − p0]`, позиции `t ≥ lengths[b]` не читаются |
 # | — | двойная буферизация: две порции в регистрах; пока считается softmax одной, строки K/V следующей уже идут из памяти |
 # | `q · k` для одной позиции | лейн варпа держит d/32 элементов (`float4` при d = 128), сумма — `__shfl_xor_sync` |
 # | online softmax (m, l, acc) | у каждого варпа свой; в конце 4 варпа сливаются через разделяемую память (shared memory) |
 # | `(o_s, lse_s)` группы | пишутся в буферы `o_part` (S, B, Hq, d), `lse_part` (S, B, Hq); при S = 1 сразу в ответ |
 # | `merge_partials` | ядро `paged_decode_combine`: блок на (последовательность, голову запроса), d × 4 потоков: четыре потока элемента e делят части между собой |
+#
+# Зачем срез таблицы страниц в разделяемой памяти: если брать `page = row_table[t / page_size]` прямо из глобальной
+# памяти, каждая порция ждёт два обращения к DRAM подряд — сначала номер страницы, потом по нему строки K/V. Из среза
+# номер страницы приходит за десятки тактов, и в полёте остаются только загрузки K/V. Память под срез — та же, что
+# под слияние варпов в конце (между ними `__syncthreads()`), поэтому блоков на SM столько же.
 #
 # Контракт `paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None)` тот же, что у NumPy-версии,
 # на массивах CuPy (`block_table`, `lengths` — int32); d = 64 или 128, G от 1 до 8; `num_splits=None` — выбор по
@@ -601,7 +614,11 @@ else:
 # в разделяемую память. Допишите пять мест ядра — на месте каждого стоят строки заглушки `# ВАШ КОД ЗДЕСЬ` /
 # `raise NotImplementedError()`; замените их кодом CUDA C (строки с `//` — комментарии C):
 # 1. диапазон страниц `[p0, p1)` и позиций `[t0, t1)` своей группы — как группы `num_splits` в NumPy-версии (`ceil(pages / num_splits)` страниц на группу), без позиций ≥ n;
-# 2. (в `load_run`) страница позиции t по таблице страниц и смещение строки (страница, слот, голова K/V) в пуле;
+# 2. (в `load_run`) страница позиции t и смещение `row` строки (страница, слот, голова K/V) в пуле, вместе с
+#    `lane * VEC` — началом элементов своего лейна. Страницы группы блок уже прочитал из таблицы в разделяемую память:
+#    `sm_pages[i]` — страница `p0 + i` последовательности, но только при `i < TABLE_SLOTS`; страницу дальше среза
+#    (группа длиннее 512 страниц) берите из самой таблицы: `row_table[p0 + i]`, то есть `row_table[t / page_size]`.
+#    Смещение считайте в `size_t` с первого умножения: пул бывает больше 2³¹ чисел;
 # 3. (в `softmax_run`) шаг online softmax для порции из RUN скоров `s[u]` (урок 04): новый максимум, множитель `exp(m − m_new)`,
 #    добавки `p = exp(s[u] − m_new)` к `l` и `p · v` к `acc` только для позиций `base + u < t1`;
 # 4. слияние состояний четырёх варпов для головы g и элемента e — то же правило, что в `merge_partials`;
@@ -624,6 +641,7 @@ DECODE_SRC = r"""
 #define NEG_INF __int_as_float(0xff800000)
 #define WARPS 4
 #define SMEM_FLOATS (WARPS * 8 * (128 + 2))   // the cross-warp merge of the largest instantiation
+#define TABLE_SLOTS 512   // pages of a split's block table kept in shared memory (2 KiB of the merge's)
 
 template <int VEC> struct Vec;
 template <> struct Vec<2> { typedef float2 T; };
@@ -642,18 +660,21 @@ template <int VEC> __device__ __forceinline__ void load_vec(float* r, const floa
 template <int D, int RUN>
 __device__ __forceinline__ void load_run(float (&kr)[RUN][D / 32], float (&vr)[RUN][D / 32],
                                          const float* __restrict__ k_pages, const float* __restrict__ v_pages,
-                                         const int* __restrict__ row_table, int base, int t1, int page_size,
-                                         int Hkv, int kvh, int lane)
+                                         const int* __restrict__ row_table, const int* sm_pages, int p0,
+                                         int base, int t1, int page_size, int Hkv, int kvh, int lane)
 {
     constexpr int VEC = D / 32;
 #pragma unroll
     for (int u = 0; u < RUN; ++u) {
         const int t = base + u;
         if (t < t1) {
-            // (2) where token t lives: its page from the block table, then the offset of this lane's VEC
-            //     elements of (page, slot, KV head kvh) in the pool (P, page_size, Hkv, D)
+            // (2) where token t lives: its page, from the split's slice of the block table in shared memory
+            //     (sm_pages[i] is page p0 + i of the sequence, for i < TABLE_SLOTS; a later page only in
+            //     row_table), then `const size_t row`: the offset of this lane's VEC elements of
+            //     (page, slot, KV head kvh) in the pool (P, page_size, Hkv, D)
             // ### BEGIN SOLUTION
-            const int page = row_table[t / page_size];
+            const int i = t / page_size - p0;        // the page's place in this split's slice
+            const int page = i < TABLE_SLOTS ? sm_pages[i] : row_table[t / page_size];
             const size_t row = (((size_t)page * page_size + t % page_size) * Hkv + kvh) * D + lane * VEC;
             // ### END SOLUTION
             load_vec<VEC>(kr[u], k_pages + row);
@@ -731,6 +752,11 @@ __device__ void split_body(const float* __restrict__ q, const float* __restrict_
     const int t0 = p0 * page_size, t1 = min(p1 * page_size, n);   // stale slots past n never read
     // ### END SOLUTION
     const int* row_table = table + (size_t)b * max_pages;
+    // The split's pages of the block table, read once by the whole block into shared memory: a run's K/V loads
+    // then wait on nothing but themselves (not on a load of the table first). The merge below reuses this memory.
+    int* sm_pages = reinterpret_cast<int*>(smem);
+    for (int i = threadIdx.x; i < min(p1 - p0, TABLE_SLOTS); i += blockDim.x) sm_pages[i] = row_table[p0 + i];
+    __syncthreads();
 
     float qr[GT][VEC], m[GT], l[GT], acc[GT][VEC];
 #pragma unroll
@@ -747,14 +773,17 @@ __device__ void split_body(const float* __restrict__ q, const float* __restrict_
     const int step = WARPS * RUN;
     float ka[RUN][VEC], va[RUN][VEC], kb[RUN][VEC], vb[RUN][VEC];
     int base = t0 + warp * RUN;
-    load_run<D, RUN>(ka, va, k_pages, v_pages, row_table, base, t1, page_size, Hkv, kvh, lane);
+    load_run<D, RUN>(ka, va, k_pages, v_pages, row_table, sm_pages, p0, base, t1, page_size, Hkv, kvh, lane);
     for (; base < t1; base += 2 * step) {
-        load_run<D, RUN>(kb, vb, k_pages, v_pages, row_table, base + step, t1, page_size, Hkv, kvh, lane);
+        load_run<D, RUN>(kb, vb, k_pages, v_pages, row_table, sm_pages, p0, base + step, t1, page_size, Hkv,
+                         kvh, lane);
         softmax_run<GT, RUN, VEC>(qr, ka, va, m, l, acc, base, t1, G);
         if (base + step >= t1) break;
-        load_run<D, RUN>(ka, va, k_pages, v_pages, row_table, base + 2 * step, t1, page_size, Hkv, kvh, lane);
+        load_run<D, RUN>(ka, va, k_pages, v_pages, row_table, sm_pages, p0, base + 2 * step, t1, page_size, Hkv,
+                         kvh, lane);
         softmax_run<GT, RUN, VEC>(qr, kb, vb, m, l, acc, base + step, t1, G);
     }
+    __syncthreads();   // every warp is done with sm_pages: the merge overwrites them
 #pragma unroll
     for (int g = 0; g < GT; ++g) {
         if (lane == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }

@@ -651,8 +651,17 @@ def bank_11() -> list[Entry]:
         *reference_and_untouched(L11, GPU11 | {C11}, cells=("decode_source", "paged_decode_gpu")),
         Entry("combine_even_for_one_split", {"paged_decode_gpu": replace(
             wrap, "o_part = out if S == 1 else cp.empty(", "o_part = cp.empty(").replace("    if S > 1:\n", "    if True:\n")}),
-        Entry("block_table_ignored", kernel(("const int page = row_table[t / page_size];",
+        Entry("block_table_ignored", kernel(("const int page = i < TABLE_SLOTS ? sm_pages[i] : row_table[t / page_size];",
                                              "const int page = t / page_size;")), GPU11, says="таблица страниц"),
+        # hole (2)'s slice of the block table in shared memory: sm_pages[i] is page p0 + i of the sequence
+        Entry("slice_indexed_without_p0", kernel(("const int i = t / page_size - p0;", "const int i = t / page_size;")),
+              GPU11),
+        Entry("slice_without_fallback", kernel((
+            "const int page = i < TABLE_SLOTS ? sm_pages[i] : row_table[t / page_size];",
+            "const int page = sm_pages[i];")), {SPLITS11}),   # only gpu_splits has a split of over 512 pages
+        Entry("fallback_at_the_slice_index", kernel((
+            "const int page = i < TABLE_SLOTS ? sm_pages[i] : row_table[t / page_size];",
+            "const int page = i < TABLE_SLOTS ? sm_pages[i] : row_table[i];")), {SPLITS11}, says="не совпадает"),
         Entry("gqa_modulo", kernel(("const int h = kvh * G + (g < G ? g : 0);", "const int h = (g < G ? g : 0) * Hkv + kvh;"),
                                    ("* Hq + kvh * G + g;", "* Hq + g * Hkv + kvh;")), GPU11, says="h % Hkv"),
         Entry("stale_slots_read", kernel(("t1 = min(p1 * page_size, n);", "t1 = p1 * page_size;")),

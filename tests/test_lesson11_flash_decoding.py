@@ -198,40 +198,34 @@ def test_a_numpy_check_of_the_lesson_runs_where_nvrtc_never_compiled(fork):
 
 
 
-@pytest.mark.parametrize("variant, table_slots", [("lastblock", None), ("pagetable", None), ("pagetable", 2),
-                                                  ("pagetable_lastblock", None)])
+@pytest.mark.parametrize("variant, table_slots", [("lastblock", None), ("lesson", 2)])
 def test_the_decode_candidates_match_the_oracle_on_the_emulator(variant, table_slots):
-    """benchmarks/decode_variant_*.py (issue 30's candidates: one launch with the last block merging; the split's
-    block-table slice in shared memory; both) on the PTX emulator posing as a T4: the float64 oracle's answer for
-    every split count, stale NaN slots and G = 8 included, and no finding.  ``table_slots`` 2: a split's pages past
-    the slice in shared memory are read from the table (the path a long split takes)."""
-    import sys
+    """On the PTX emulator posing as a T4, the float64 oracle's answer for every split count, stale NaN slots and
+    G = 8 included, and no finding: benchmarks/decode_variant_lastblock.py (issue 30's candidate: one launch, the
+    last block merging), and the lesson's own kernel with a slice of ``table_slots`` pages of the block table in
+    shared memory (2: a split's pages past the slice come from the table, the path a split of over 512 pages takes)."""
+    import math
 
     from autograder.gpu import runtime
 
     folder = course.ROOT / "benchmarks"
-    source = folder / f"decode_variant_{variant}.py"
+    source = folder / "decode_variant_lastblock.py"
     keys = ("B", "Hq", "Hkv", "d", "page_size", "lengths", "seed", "shared", "q_scale", "keys_away", "stale_nan")
     cases = [c for c in GPU_VISIBLE if c["lengths"] in ([37, 16], [1, 10, 11])]
     assert len(cases) == 2
-    modules, path = ("decode_variant_lastblock", "decode_variant_pagetable"), list(sys.path)
     with runtime.stand_in("T4") as cp:
-        try:
-            ns = {"__name__": f"decode_variant_{variant}", "__file__": str(source)}
-            exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), ns)
-            if table_slots is not None:  # the lesson's wrapper on a kernel with a smaller slice
-                ns["DECODE_SRC"] = ns["edited"](sys.modules["decode_variant_lastblock"].SOLUTION_SRC,
-                                                table_slots=table_slots)
-                exec(sys.modules["decode_variant_lastblock"]._solution_cells()["paged_decode_gpu"], ns)
-                assert f"#define TABLE_SLOTS {table_slots}\n" in ns["DECODE_SRC"]
-            for c in cases:
-                inputs = make_case(**{key: c[key] for key in keys if key in c})
-                for splits in (None, 1, 3, 50):
-                    cp.reset()
-                    got = cp.asnumpy(ns["paged_decode_gpu"](*(cp.asarray(a) for a in inputs), num_splits=splits))
-                    assert np.allclose(got, oracle(*inputs, splits or 1), atol=2e-5), (c["lengths"], splits)
-                    assert cp.findings() == [], (c["lengths"], splits, cp.findings())
-        finally:  # imported under the stand-in: not kept for a test that runs without it
-            for name in modules:
-                sys.modules.pop(name, None)
-            sys.path[:] = path
+        ns = {"__name__": "decode_variant_lastblock", "__file__": str(source)}
+        exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), ns)
+        if variant == "lesson":  # the lesson's wrapper on its kernel with a smaller slice
+            ours = ns["SOLUTION_SRC"].replace("#define TABLE_SLOTS 512 ", f"#define TABLE_SLOTS {table_slots} ")
+            assert ours != ns["SOLUTION_SRC"]
+            wrapper = ns["_solution_cells"]()["paged_decode_gpu"]
+            ns = {"cp": cp, "np": np, "math": math, "DECODE_SRC": ours}
+            exec(wrapper, ns)
+        for c in cases:
+            inputs = make_case(**{key: c[key] for key in keys if key in c})
+            for splits in (None, 1, 3, 50):
+                cp.reset()
+                got = cp.asnumpy(ns["paged_decode_gpu"](*(cp.asarray(a) for a in inputs), num_splits=splits))
+                assert np.allclose(got, oracle(*inputs, splits or 1), atol=2e-5), (c["lengths"], splits)
+                assert cp.findings() == [], (c["lengths"], splits, cp.findings())

@@ -461,7 +461,10 @@ GPU_SPLITS = ({"B": 2, "Hq": 16, "Hkv": 8, "d": 128, "page_size": 16, "lengths":
               {"B": 2, "Hq": 4, "Hkv": 2, "d": 128, "page_size": 8, "lengths": [40, 17], "seed": 20, "q_scale": 100.0,
                "num_splits": [1, 3]},
               {"B": 2, "Hq": 4, "Hkv": 1, "d": 64, "page_size": 16, "lengths": [50, 3], "seed": 21, "keys_away": True,
-               "num_splits": [1, 3]})
+               "num_splits": [1, 3]},
+              # a split longer than the kernel's slice of the block table in shared memory (TABLE_SLOTS = 512 pages):
+              # its later pages come from the table itself (on the emulator too: 1050 pages)
+              {"B": 1, "Hq": 2, "Hkv": 1, "d": 64, "page_size": 1, "lengths": [4200], "seed": 22, "num_splits": [1, 2]})
 
 
 #: On the PTX emulator (no GPU) a sequence longer than this runs at a quarter of its length, at least this long,
@@ -506,7 +509,8 @@ def _gpu_case(fn, c: dict, num_splits, *, check_unchanged: bool = False, **toler
     host = _to_host(got, inputs, num_splits, case, **{**tol, **tolerance})
     compare_or_name(host, oracle(*inputs, num_splits or 1), inputs=(*inputs, num_splits or 1),
                     variants=DECODE_MISTAKES, case=case, **{**tol, **tolerance},
-                    hint="стоит проверить индекс страницы block_table[b, t / page_size], KV-голову h / G, "
+                    hint="стоит проверить индекс страницы (sm_pages[t / page_size - p0] в срезе, "
+                         "block_table[b, t / page_size] за его пределами), KV-голову h / G, "
                          "границу t < lengths[b] и слияние частей по lse.")
     if check_unchanged:
         for name, before, after in zip(("q", "k_pages", "v_pages", "block_table", "lengths"), inputs, dev):
