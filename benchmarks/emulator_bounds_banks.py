@@ -8,7 +8,8 @@ without a GPU, each entry's bounds-and-races calls (visible and hidden) run that
 the values on the CuPy stand-in posing as ``--pose`` (the GPU's values are the bank's business), then the
 student's function packed and sent to the emulator's worker, as on the GPU.  The question is the one the GPU banks
 answer with compute-sanitizer: does each entry lose the bounds-and-races checks its bank says it loses on the H200,
-and no other?  An entry that loses one through its values (and so never reaches the tool) counts as agreeing when
+and no other, with a message in the words the bank expects (``says``) where it loses those checks only?  An entry
+that loses one through its values (and so never reaches the tool) counts as agreeing when
 the bank says it loses it.
 
 Prints a table; ``--out`` writes JSON with the date, machine and command.
@@ -87,9 +88,12 @@ def main(argv=None) -> int:
             lost, messages = entry_losses(lesson, entry, args.pose)
             expected = {c for c in entry.loses if bounds_check(c)}
             maybe = {c for c in entry.may_lose if bounds_check(c)}
-            agrees = expected <= lost <= expected | maybe
+            # an entry that loses bounds-and-races checks only must be named in the words its bank expects
+            worded = (not entry.says or entry.loses != expected or not lost
+                      or any(entry.says in m for m in messages.values()))
+            agrees = (expected <= lost <= expected | maybe) and worded
             rows.append({"lesson": lesson, "entry": entry.name, "gpu_loses": sorted(expected), "may_lose": sorted(maybe),
-                         "emulator_loses": sorted(lost), "agrees": agrees, "messages": messages,
+                         "says": entry.says, "emulator_loses": sorted(lost), "agrees": agrees, "messages": messages,
                          "seconds": round(time.perf_counter() - started, 2)})
             print(f"{lesson:<26}{entry.name:<44}{'agrees' if agrees else 'DIFFERS'}  gpu {sorted(expected)}  "
                   f"emulator {sorted(lost)}  {rows[-1]['seconds']:.1f} s", flush=True)

@@ -118,7 +118,7 @@ def test_the_committed_grading_without_a_gpu_agrees_entry_by_entry():
 def test_the_committed_emulator_bounds_run_agrees_entry_by_entry():
     """benchmarks/results/emulator_bounds_banks.json (AUTOGRADER_GPU_BOUNDS=emulator's branch, on the CPU): every entry
     of today's GPU banks of 06-09 lost exactly the bounds-and-races checks it loses under compute-sanitizer on the
-    H200, and a rerun is asked for when a bank changed."""
+    H200, in the words the bank expects, and a rerun is asked for when a bank changed."""
     import json
     import sys
     from pathlib import Path
@@ -137,4 +137,5 @@ def test_the_committed_emulator_bounds_run_agrees_entry_by_entry():
     for key, row in rows.items():
         expected = sorted(c for c in entries[key].loses if ebb.bounds_check(c))
         assert row["gpu_loses"] == expected, f"{key}: the bank changed; run the benchmark again"
+        assert row["says"] == entries[key].says, f"{key}: the bank's words changed; run the benchmark again"
         assert row["agrees"] and set(expected) <= set(row["emulator_loses"]), (key, row)

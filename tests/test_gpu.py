@@ -311,7 +311,7 @@ def test_sanitizer_errors_in_the_log_are_the_verdict(tmp_path, monkeypatch):
 
     fake, _ = fake_sanitizer(tmp_path, summary="========= ERROR SUMMARY: 3 errors")
     monkeypatch.setattr(sanitizer, "_SANITIZER", fake)
-    with pytest.raises(CheckFailed, match="memcheck нашёл обращения за пределы массивов: 3 ошибок"):
+    with pytest.raises(CheckFailed, match="memcheck нашёл выход за границы массивов: 3 ошибок"):
         sanitizer.sanitizer_check(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, "T=1", races=False)
 
 
@@ -329,7 +329,7 @@ def test_memchecks_findings_come_first_when_both_tools_find_faults(tmp_path, mon
                     'exec "$@"\n')
     fake.chmod(0o755)
     monkeypatch.setattr(sanitizer, "_SANITIZER", str(fake))
-    with pytest.raises(CheckFailed, match="memcheck нашёл обращения за пределы массивов: 2 ошибок"):
+    with pytest.raises(CheckFailed, match="memcheck нашёл выход за границы массивов: 2 ошибок"):
         sanitizer.sanitizer_check(len, RMS_INPUTS, {"T": 1, "D": 1, "seed": 0}, "T=1", races=True)
 
 

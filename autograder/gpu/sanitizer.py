@@ -267,7 +267,7 @@ def memcheck_message(report: SanitizerReport, case: str) -> str:
     found = [line.strip(" =") for line in report.log.splitlines()
              if "Invalid" in line or "out of bounds" in line or "Address" in line][:6]
     return shorten(
-        f"compute-sanitizer --tool memcheck нашёл обращения за пределы массивов: {report.errors} ошибок "
+        f"compute-sanitizer --tool memcheck нашёл выход за границы массивов: {report.errors} ошибок "
         f"(случай: {case}).\n" + "\n".join(found) +
         "\nПодсказка: поток с индексом i ≥ n читает или пишет элемент — нет защиты хвоста "
         "`if (i < n)` при числе блоков, округлённом вверх; или неверен индекс строки/столбца у краёв "
