@@ -2,13 +2,15 @@
 # Issue 30's measurements on the H200, in device calls of at most 10 minutes each (the device tool's limit).
 # Run from the repository root on the device machine; every result lands in $OUT (the device tool brings it back).
 #
-#   bash benchmarks/issue30_device_calls.sh kernels    # ~6 min: lesson 09's wgmma candidates (three runs, their
-#                                                      #          medians), lesson 11's decode candidates
+#   bash benchmarks/issue30_device_calls.sh kernels    # ~5 min: lesson 09's wgmma candidates (three runs, their
+#                                                      #          medians)
 #   bash benchmarks/issue30_device_calls.sh golden     # seconds: the wgmma golden forms (merged on 2026-12-05)
 #   bash benchmarks/issue30_device_calls.sh grading    # ~6 min: one student's GPU lessons graded, checks side by side
-#                                                      #          (plain, and with the emulator's bounds), phases
+#                                                      #          (compute-sanitizer's, then the emulator's bounds),
+#                                                      #          phases
 #   bash benchmarks/issue30_device_calls.sh banks A B  # ~2.5 min a lesson: GPU banks of lessons A, B... with the
-#                                                      #          emulator's bounds (run it twice on a warm machine)
+#                                                      #          emulator's bounds (AUTOGRADER_GPU_BOUNDS=compute-
+#                                                      #          sanitizer: with compute-sanitizer's)
 #   bash benchmarks/issue30_device_calls.sh lesson11   # ~6 min: after a change of lesson 11's kernel: its GPU bank,
 #                                                      #          native and as compute_75 PTX (the T4's stand-in),
 #                                                      #          and the emulator beside the GPU on that bank
@@ -18,7 +20,7 @@
 #
 # What each result is for: benchmarks/results/tensor_cores_goals.txt, decode_kernels_h200.txt, gpu_grading_time.txt.
 set -u
-case "${1:-}" in kernels | golden | grading | banks | lesson11 | decode) ;; *) sed -n '2,19p' "$0"; exit 2 ;; esac
+case "${1:-}" in kernels | golden | grading | banks | lesson11 | decode) ;; *) sed -n '2,21p' "$0"; exit 2 ;; esac
 OUT=${OUT:?set OUT to the folder the results go to}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
@@ -31,11 +33,6 @@ kernels)
     # three runs side by side: a goal met in one run only is not met (tensor_cores_goals.txt, 2026-12-05)
     python3 benchmarks/tc_wgmma.py --only wg2_bc128,wg2_bc64,wg2_bc64_x2,wg1 --runs 3 \
         --out "$OUT/tc_wgmma.json" 2>&1 | tail -60
-    # lesson 11: the lesson's kernel and the last-block merge candidate
-    for v in "" decode_variant_lastblock; do
-        python3 benchmarks/decode_kernels.py --no-torch ${v:+--source benchmarks/$v.py} \
-            --skip 64x1024,64x4096,64x8192,64x32768,8x32768 --out "$OUT/decode_${v:-lesson}.json" 2>&1 | tail -25
-    done
     ;;
 golden)
     # the emulator's wgmma model against the H200; back here:
@@ -43,7 +40,8 @@ golden)
     python3 benchmarks/emulator_golden.py --only wgmma --out "$OUT/golden_wgmma" 2>&1 | tail -20
     ;;
 grading)
-    python3 benchmarks/gpu_grading_time.py --parallel-checks 4 --out "$OUT/parallel4.json" 2>&1 | tail -15
+    AUTOGRADER_GPU_BOUNDS=compute-sanitizer python3 benchmarks/gpu_grading_time.py --parallel-checks 4 \
+        --out "$OUT/parallel4.json" 2>&1 | tail -15
     AUTOGRADER_GPU_BOUNDS=emulator python3 benchmarks/gpu_grading_time.py --parallel-checks 4 \
         --out "$OUT/parallel4_emulator.json" 2>&1 | tail -15
     python3 benchmarks/gpu_check_phases.py --out "$OUT/phases.json" 2>&1 | tail -30
@@ -51,7 +49,7 @@ grading)
 banks)
     shift
     for lesson in "$@"; do
-        AUTOGRADER_GPU_BOUNDS=emulator GPU_BANK_WORKERS=15 GPU_TEST_REPORT="$OUT/bank_report.json" timeout 280 \
+        AUTOGRADER_GPU_BOUNDS=${AUTOGRADER_GPU_BOUNDS:-emulator} GPU_BANK_WORKERS=15 GPU_TEST_REPORT="$OUT/bank_report.json" timeout 280 \
             python3 -m pytest -q tests/test_gpu_lessons.py -k "bank and $lesson" -p no:cacheprovider >"$OUT/banks_$lesson.txt" 2>&1
         grep -E "^(E  |FAILED|[0-9]+ (passed|failed))" "$OUT/banks_$lesson.txt" | tail -30
     done

@@ -411,15 +411,15 @@ def test_a_check_worker_may_start_the_emulators_run_after_student_code_ran():
     assert "эмулятор GPU (T4): ни одного обращения за границы" in done.stdout, done.stdout + done.stderr[-2000:]
 
 
-def test_the_bounds_tool_is_compute_sanitizer_unless_the_emulator_is_asked_for(monkeypatch):
+def test_the_bounds_tool_is_the_emulator_unless_compute_sanitizer_is_asked_for(monkeypatch):
     from autograder.gpu import sanitizer
 
     monkeypatch.delenv(sanitizer.BOUNDS_ENV, raising=False)
-    assert sanitizer.bounds_tool() == "compute-sanitizer"
-    monkeypatch.setenv(sanitizer.BOUNDS_ENV, " Emulator ")
     assert sanitizer.bounds_tool() == "emulator"
-    monkeypatch.setenv(sanitizer.BOUNDS_ENV, "memcheck")
+    monkeypatch.setenv(sanitizer.BOUNDS_ENV, " Compute-Sanitizer ")
     assert sanitizer.bounds_tool() == "compute-sanitizer"
+    monkeypatch.setenv(sanitizer.BOUNDS_ENV, "emulator")
+    assert sanitizer.bounds_tool() == "emulator"
 
 
 def test_a_sanitizer_run_lost_before_the_students_code_is_a_grader_fault(tmp_path, monkeypatch):

@@ -38,19 +38,20 @@ if _SANITIZER and _allow is not None:  # the worker's guard refuses new processe
 if _allow is not None:  # the worker of an emulator run (BOUNDS_ENV=emulator) is a new Python process
     _allow(sys.executable)
 
-#: Which tool answers a GPU lesson's bounds-and-races check on a machine with a GPU: "compute-sanitizer" (the
-#: default: memcheck and racecheck) or "emulator" (the PTX emulator, posing as the nearest GPU it knows, runs the
-#: check's cases in a worker of its own: every access checked, about a second a case instead of 3-6 s).  The
-#: emulator loses the same bounds-and-races checks as compute-sanitizer on every entry of the GPU banks of 06-09,
-#: through this very branch (benchmarks/emulator_bounds_banks.py, run on a CPU posing as the H200); the
-#: GPU banks with "emulator" on the H200 are still to be run before it becomes the default (issue 30).  Without a
-#: GPU the emulator answers anyway.
+#: Which tool answers a GPU lesson's bounds-and-races check on a machine with a GPU: "emulator" (the default: the
+#: PTX emulator, posing as the nearest GPU it knows, runs the check's cases in a worker of its own: every access
+#: checked, about a second a case instead of 3-11 s; compute-sanitizer only where its run proves nothing) or
+#: "compute-sanitizer" (memcheck and racecheck).  Both lose the same checks on every entry of the GPU banks of
+#: 06-09: through this very branch on a CPU posing as the H200 (benchmarks/emulator_bounds_banks.py) and on a GPU
+#: (the banks under each setting; benchmarks/results/gpu_banks_h100_emulator_bounds.json, gpu_grading_time.txt).
+#: Without a GPU the emulator answers anyway.
 BOUNDS_ENV = "AUTOGRADER_GPU_BOUNDS"
 
 
 def bounds_tool() -> str:
-    """"emulator" or "compute-sanitizer": :data:`BOUNDS_ENV`, compute-sanitizer unless it says "emulator"."""
-    return "emulator" if os.environ.get(BOUNDS_ENV, "").strip().lower() == "emulator" else "compute-sanitizer"
+    """"emulator" or "compute-sanitizer": :data:`BOUNDS_ENV`, the emulator unless it says "compute-sanitizer"."""
+    asked = os.environ.get(BOUNDS_ENV, "").strip().lower()
+    return "compute-sanitizer" if asked == "compute-sanitizer" else "emulator"
 
 #: Larger than the furthest a tile load can overrun: 31 rows of d = 128 floats past the end (lesson 08).
 SANITIZER_PADDING_BYTES = 64 * 1024
