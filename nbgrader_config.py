@@ -48,6 +48,10 @@ c.Execute.shutdown_kernel = "immediate"
 c.Autograde.sanitize_preprocessors = sanitize_preprocessors()
 use_course_autograde()
 
+# `nbgrader collect` copies submissions from the exchange without following links (a link to the gradebook
+# in a student's inbound folder would be copied as its contents: autograder/nbgrader/collect.py).
+c.ExchangeFactory.collect = "autograder.nbgrader.collect.CollectWithoutLinks"
+
 # `nbgrader export`: a status column (не сдана / сдана, не проверена / проверена) and no 0.0 for
 # work that could not be graded (autograder/grades_csv.py).
 c.ExportApp.plugin_class = "autograder.course.export_csv.CourseCsvExport"

@@ -163,8 +163,9 @@ CLASS = {
             """), **add("""
             open("{REPOSITORY}/solutions/02_fused_rmsnorm/02_fused_rmsnorm.ipynb").read()  # by name: refused
             return x + residual, x + residual""".replace("{REPOSITORY}", guard.REPOSITORY))},  # even where unseen
-        loses=RMS | ADD,
-        says={"fused_rms_norm": "нельзя открывать файл", "test_lesson02_add_equivalence": "нельзя открывать файл"}),
+        loses=RMS | ADD,  # no notebook to read: the kernel's copy of the submission holds none (issue 53, route 3)
+        says={"test_lesson02_equivalence": "не определено имя `fused_rms_norm`",
+              "test_lesson02_add_equivalence": "нельзя открывать файл"}),
     "suppresses_tracebacks": dict(
         answers={"fused_rms_norm": cell("""
             import os, sys

@@ -137,13 +137,16 @@ def _die_with_parent(sig: int) -> None:
 def _grade(sub: Submission) -> tuple[Submission, str, dict | None, str, str]:
     """Worker: autograde one submission in the scratch course; (sub, folder, scores, error, log)."""
     course, mine = _WORKER["course"], _WORKER["mine"]
+    linked = submission_module.linked_notebook(course.submitted(sub))  # before anything reads through a link
+    if linked:
+        return sub, "", None, linked, ""
     for path in submission_module.notebooks_in(course.submitted(sub)):
         invalid = submission_module.is_valid_notebook(path)
         if invalid:
             return sub, "", None, f"{path.name}: {invalid}", ""
     target = mine.submitted(sub)
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(course.submitted(sub), target)
+    submission_module.copy_without_links(course.submitted(sub), target)  # never through a link
     done = run_autograde(mine.config, sub)
     shutil.rmtree(target, ignore_errors=True)
     folder = str(mine.autograded(sub).parent.parent)

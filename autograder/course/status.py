@@ -9,6 +9,8 @@ submission nbgrader failed on) is *not graded*, never a zero.  Why grading faile
 """
 from __future__ import annotations
 
+import os
+
 import dataclasses
 import enum
 from pathlib import Path
@@ -85,7 +87,12 @@ def anomalies(course, lesson: str, student: str) -> list[submission_module.Anoma
     coursedir = course.coursedir()
     submitted = course.path(coursedir.submitted_directory, student, lesson)
     notebooks = submission_module.notebooks_in(submitted)
-    found = submission_module.extra_files(submitted, {p.name for p in notebooks})
+    found = submission_module.link_anomalies(submitted) if submitted.is_dir() else []
+    linked = {os.path.join(submitted, name) for name, _ in submission_module.links_in(submitted)} \
+        if submitted.is_dir() else set()
+    notebooks = [p for p in notebooks if str(p) not in linked]  # never read through a link
+    found += submission_module.extra_files(submitted, {p.name for p in notebooks} | {os.path.basename(p)
+                                                                                    for p in linked})
     with open_gradebook(coursedir.db_url) as gradebook:
         for path in notebooks:
             invalid = submission_module.is_valid_notebook(path)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -53,7 +54,7 @@ def server_for(env: dict, box=None):
     first use, again when either changed or the server died); None when none can be started."""
     name = slot(box)
     server = SERVER.get(name)
-    if server is not None and (server.owner != os.getpid() or server.env != env or server.sandbox != box
+    if server is not None and (server.owner != os.getpid() or server.env != env or server.base != box
                                or server.dead()):
         if server.owner == os.getpid():
             server.close()
@@ -69,8 +70,8 @@ def server_for(env: dict, box=None):
 def close_servers_of(box) -> None:
     """Stop this process's servers that live in sandbox ``box`` (whichever of its GPU settings): its end."""
     for server in list(SERVER.values()):
-        if server.owner == os.getpid() and server.sandbox is not None \
-                and server.sandbox.with_gpu(False) == box.with_gpu(False):
+        if server.owner == os.getpid() and server.base is not None \
+                and server.base.with_gpu(False) == box.with_gpu(False):
             server.close()
 
 
@@ -94,16 +95,21 @@ class ForkServer:
     environment, own session), that forks one child per check (:func:`autograder.isolation.worker.serve`)."""
 
     def __init__(self, env: dict, box=None):
-        self.env, self.owner, self.sandbox = dict(env), os.getpid(), box
-        # The server imports numpy and the grader with an empty home of its own (matplotlib, for one,
-        # reads its settings at import); each child then points the variables at its check's home.
+        self.env, self.owner, self.base = dict(env), os.getpid(), box
+        # The server's folder: the only one its sandbox may write, where its children's folders are made; in a
+        # sandbox the server empties it after each check (and the sandbox's /tmp and /dev/shm), keeping only its
+        # own home (the server imports numpy and the grader with an empty home of its own: matplotlib, for one,
+        # reads its settings at import; each child then points the variables at its check's home).
         self.home = leftovers.OwnedFolder(leftovers.SERVER_HOME, dir=box.scratch if box is not None else None)
-        server_env = {**env, **private_home(self.home.name)}
+        self.folder = self.home.name
+        self.sandbox = None if box is None else dataclasses.replace(box, scratch=self.folder)
+        server_home = os.path.join(self.folder, SERVER_OWN_HOME)
+        server_env = {**env, **private_home(server_home)}
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             argv = [sys.executable, "-I", "-m", "autograder.isolation.worker", "--serve", str(theirs.fileno())]
             if box is not None:  # the server and every check it forks live in the submission's sandbox
-                argv = sandbox_module.command(box, argv, env=server_env, cwd=box.scratch)
+                argv = sandbox_module.command(self.sandbox, argv, env=server_env, cwd=self.folder)
             self.process = subprocess.Popen(
                 argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, cwd="/", env=server_env, start_new_session=True)
@@ -230,22 +236,33 @@ class ForkedWorker:
             self._lock = None
 
 
-def start_forked(check_id: str, env: dict, home: dict, workdir: str, out, err, box=None):
-    """The check's worker forked by this process's fork server (see :func:`server_for`), or None: another
-    thread holds the server, or no server could start or fork (the caller starts a plain worker then)."""
+#: The fork server's own home, in its folder (the one thing there that outlives a check).
+SERVER_OWN_HOME = "server-home"
+
+
+def reserve(env: dict, box=None) -> "ForkServer | None":
+    """This process's fork server for a check (see :func:`server_for`), held for it until :func:`start_on` or
+    the worker's end; None: another thread holds it, or none could start (the caller starts a plain worker)."""
     if not SERVER_LOCK.acquire(blocking=False):  # another thread's check: a plain worker
         return None
     try:
-        for _ in range(2):  # a server that died since the last check is started again, once
-            server = server_for(env, box)
-            if server is None:
-                break
-            try:
-                return server.start(check_id, workdir, home, out, err, SERVER_LOCK)
-            except ServerGone:
-                server.close()
-            except NoFork:
-                break
+        server = server_for(env, box)
+    except BaseException:
+        SERVER_LOCK.release()
+        raise
+    if server is None:
+        SERVER_LOCK.release()
+    return server
+
+
+def start_on(server: "ForkServer", check_id: str, workdir: str, home: dict, out, err) -> "ForkedWorker | None":
+    """The check's worker forked by ``server`` (reserved: :func:`reserve`), its folders in ``server.folder``; None
+    when it could not fork (the reservation is then released and the caller starts a plain worker)."""
+    try:
+        return server.start(check_id, workdir, home, out, err, SERVER_LOCK)
+    except (ServerGone, NoFork) as error:
+        if isinstance(error, ServerGone):
+            server.close()
     except BaseException:
         SERVER_LOCK.release()
         raise

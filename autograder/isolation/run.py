@@ -28,6 +28,7 @@ included): a crash usually says why there.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -198,44 +199,81 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
     if box is not None:
         box = box.with_gpu(check.needs_gpu and not on_emulator_here(check))
         env["AUTOGRADER_SANDBOXED"] = "1"
-    scratch = box.scratch if box is not None else None  # inside the sandbox, only its scratch folder is writable
-    # What student code leaves in its folder must not make the cleanup raise in the grader.
-    with tempfile.TemporaryDirectory(prefix="autograder-", dir=scratch, ignore_cleanup_errors=True) as workdir, \
-            tempfile.TemporaryDirectory(prefix="autograder-home-", dir=scratch, ignore_cleanup_errors=True) as home_dir, \
-            tempfile.TemporaryDirectory(prefix="autograder-out-", dir=scratch, ignore_cleanup_errors=True) as outdir:
-        home = private_home(home_dir)
-        out_path, err_path = os.path.join(outdir, "reply"), os.path.join(outdir, "stderr")
-        output_path = os.path.join(outdir, "output")  # what runs in the worker prints, student code included
+    # The reply and the output are the grader's files, in no folder a sandbox sees (TMPDIR is hidden there); the
+    # worker gets them as its descriptors 1 and 2.  The stage lines before the student's code are signed with a
+    # token of their own: reading them back tells the student's code nothing that signs a verdict.
+    stage_token = secrets.token_hex(16)
+    with tempfile.TemporaryDirectory(prefix="autograder-out-", ignore_cleanup_errors=True) as outdir:
+        out_path, output_path = os.path.join(outdir, "reply"), os.path.join(outdir, "output")
         request = pickle.dumps({"check_id": check_id, "cases": cases, "payloads": list(payloads),
                                 "memory_limit_gib": check.memory_limit_gib, "nonce": nonce,
-                                "output_path": output_path, "secret_dirs": tuple(secret_dirs),
+                                "stage_token": stage_token, "secret_dirs": tuple(secret_dirs),
                                 "write_protected": tuple(write_protected),
                                 "max_processes": sandbox_module.process_limit() if box is not None else None})
-        with open(out_path, "ab") as out, open(err_path, "ab") as err:
-            process = _start(check, env, home, workdir, out, err, fork=False if launcher else fork,
-                             launcher=launcher, box=box)
+        with open(out_path, "ab") as out, open(output_path, "ab") as output, \
+                _worker(check, env, box, out, output, fork=False if launcher else fork, launcher=launcher) as process:
+            try:
+                wait_for_worker(process, request, timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(process)
+                process.wait()
+                _HUNG[digest] = timeout
+                return CheckResult(check_id, check.title, check.points, False,
+                                   f"Проверка прервана: функция не завершилась за {timeout:g} с. "
+                                   "Вероятно, бесконечный цикл или слишком медленный алгоритм "
+                                   "(например, цикл по элементам вместо операций над блоками).", timed_out=True)
+            except BrokenPipeError:  # the worker died before it read the request
+                process.wait()
+            except fork_server.ServerGone:  # the fork server died under the check: run it again, as a plain worker
+                _kill_group(process)
+                return run_check(check_id, payloads, cases, timeout_s=timeout, secret_dirs=secret_dirs,
+                                 write_protected=write_protected, fork=False, launcher=launcher)
+        return _parse_reply(check, process.returncode, nonce, stage_token, _tail(out_path), _tail(output_path))
+
+
+@contextlib.contextmanager
+def _worker(check, env: dict, box, out, output, *, fork: bool | None, launcher: tuple[str, ...]):
+    """The started worker of one check (the request still to be written), in a folder of its own that nothing
+    else sees: a fresh folder bound into its own sandbox, or its fork server's folder, which the server empties
+    after each check.  At the end whatever the student's code left running is killed and the folder removed."""
+    if fork is None:
+        fork = os.environ.get("AUTOGRADER_FORK_SERVER", "1") != "0"
+    process = None
+    if fork:
+        server = fork_server.reserve(env, box)
+        if server is not None:
+            with _check_folders(server.folder) as (workdir, home):
+                process = fork_server.start_on(server, check.id, workdir, home, out, output)
+                if process is not None:
+                    try:
+                        yield process
+                    finally:
+                        _kill_group(process)
+                        process.finish()
+                    return
+    parent = box.scratch if box is not None else None  # a plain worker in a sandbox: a folder of its own there
+    with tempfile.TemporaryDirectory(prefix="autograder-check-", dir=parent, ignore_cleanup_errors=True) as own, \
+            _check_folders(own) as (workdir, home):
+        if box is not None:
+            box = dataclasses.replace(box, scratch=own)
+        argv, env = [*launcher, sys.executable, "-I", "-m", "autograder.isolation.worker"], {**env, **home}
+        if box is not None:
+            argv = sandbox_module.command(box, argv, env=env, cwd=workdir)
+        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=output, cwd=workdir, env=env,
+                                   start_new_session=True)  # its own process group: a timeout kills the children
         try:
-            wait_for_worker(process, request, timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            process.wait()
-            _HUNG[digest] = timeout
-            return CheckResult(check_id, check.title, check.points, False,
-                               f"Проверка прервана: функция не завершилась за {timeout:g} с. "
-                               "Вероятно, бесконечный цикл или слишком медленный алгоритм "
-                               "(например, цикл по элементам вместо операций над блоками).", timed_out=True)
-        except BrokenPipeError:  # the worker died before it read the request
-            process.wait()
-        except fork_server.ServerGone:  # the fork server died under the check: run it again, as a plain worker
-            _kill_group(process)
-            return run_check(check_id, payloads, cases, timeout_s=timeout, secret_dirs=secret_dirs,
-                             write_protected=write_protected, fork=False, launcher=launcher)
+            yield process
         finally:
             _kill_group(process)  # whatever the student's code left running
-            if isinstance(process, fork_server.ForkedWorker):
-                process.finish()
-        return _parse_reply(check, process.returncode, nonce, _tail(out_path),
-                            _tail(err_path) + _tail(output_path))
+
+
+@contextlib.contextmanager
+def _check_folders(parent: str | None):
+    """A check's working folder and its own home, in ``parent``; removed at the end (what student code leaves in
+    them must not make the cleanup raise in the grader)."""
+    with tempfile.TemporaryDirectory(prefix="autograder-", dir=parent, ignore_cleanup_errors=True) as workdir, \
+            tempfile.TemporaryDirectory(prefix="autograder-home-", dir=parent, ignore_cleanup_errors=True) as home_dir:
+        yield workdir, private_home(home_dir)
 
 
 #: How long a check may run on an overloaded machine, in multiples of its time limit (see cpu_time).
@@ -271,25 +309,6 @@ def on_emulator_here(check) -> bool:
     """A GPU check on a machine without an NVIDIA device node: it can only run on the PTX emulator (or say
     «нужен GPU»), so it needs no GPU in its sandbox and is forked by the CPU checks' server."""
     return check.needs_gpu and not sandbox_module.gpu_devices()
-
-
-def _start(check, env: dict, home: dict, workdir: str, out, err, *, fork: bool | None,
-           launcher: tuple[str, ...] = (), box=None):
-    """The worker of one check, with the request still to be written to its stdin; ``home``: the
-    variables of its own home (a forked worker sets them itself: the server's environment is shared);
-    ``box``: the sandbox it runs in (the fork server then runs there too)."""
-    if fork is None:
-        fork = os.environ.get("AUTOGRADER_FORK_SERVER", "1") != "0"
-    if fork:
-        worker = fork_server.start_forked(check.id, env, home, workdir, out, err, box)
-        if worker is not None:
-            return worker
-    argv, env = [*launcher, sys.executable, "-I", "-m", "autograder.isolation.worker"], {**env, **home}
-    if box is not None:
-        argv = sandbox_module.command(box, argv, env=env, cwd=workdir)
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=workdir, env=env,
-                            start_new_session=True)  # its own process group: a timeout kills the children too
-
 
 
 def _tail(path: str, limit: int = 64 * 1024) -> bytes:
@@ -361,11 +380,11 @@ def signed_lines(out: bytes, nonce: str) -> list[str]:
     return [line[len(marker):] for line in out.decode("ascii", "replace").splitlines() if line.startswith(marker)]
 
 
-def _parse_reply(check, returncode: int, nonce: str, out: bytes, err: bytes) -> CheckResult:
-    lines = signed_lines(out, nonce)
+def _parse_reply(check, returncode: int, nonce: str, stage_token: str, out: bytes, err: bytes) -> CheckResult:
+    lines = signed_lines(out, stage_token)
     started = STARTED in lines  # the worker got as far as the student's code
     stages = [line[len(STAGE):] for line in lines if line.startswith(STAGE)]
-    replies = [line for line in lines if line != STARTED and not line.startswith(STAGE)]
+    replies = signed_lines(out, nonce)
     if not replies and not started:
         where = LOST_AT.get(stages[-1] if stages else None, "перед запуском вашего кода")
         return grader_fault(check, f"процесс проверки завершился с кодом {returncode} {where}, не дойдя до "

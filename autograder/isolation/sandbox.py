@@ -5,13 +5,15 @@ The audit hook of :mod:`autograder.isolation.guard` is a speed bump: code that r
 it.  What holds is the kernel's view of the machine, made with ``bwrap`` (Debian/Ubuntu package
 ``bubblewrap``, the sandbox of Flatpak), one sandbox per submission:
 
-* the filesystem read-only; writable only the submission's scratch folder (:attr:`Sandbox.scratch`: the
-  kernel's start folder, its export files and sockets, every check's folder and home), a private copy of
-  the submission folder at the submission's own path, and a private ``/tmp``;
+* the filesystem read-only; writable only the sandbox's own folder (:attr:`Sandbox.scratch`: for the kernel its
+  start folder, export files and sockets; for a check its folder and home, and nothing of another check's or of
+  the kernel's), for the kernel a private copy of the submission folder at the submission's own path, and a
+  private ``/tmp``;
 * not visible at all (an empty folder in their place): the course folders (gradebook, ``solutions/``,
   ``submitted/``, ``autograded/``, other submissions), the grader's home (``~/.ipython``, ``~/.local``,
-  ``~/.jupyter``, caches), ``/tmp``, ``/var/tmp``, ``/run``, ``/dev/shm``; what the grader's programs need
-  from inside them (the Python installation, the ``autograder`` package) comes back read-only;
+  ``~/.jupyter``, caches), ``/tmp``, ``/var/tmp``, ``/run``, ``/dev/shm`` and the grader's TMPDIR wherever it is
+  (node-local scratch on Slurm: the other sandboxes' folders, the reply files of the checks); what the grader's
+  programs need from inside them (the Python installation, the ``autograder`` package) comes back read-only;
 * new PID, IPC, UTS, cgroup, user and network namespaces (no network at all; the grader's processes
   invisible), ``--die-with-parent`` (a killed grader leaves nothing running), ``--new-session`` (no
   terminal to inject into);
@@ -32,6 +34,7 @@ import site
 import subprocess
 import sys
 import sysconfig
+import tempfile
 
 #: Folders every sandbox hides besides the course folders and the grader's home.
 ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run")
@@ -151,7 +154,8 @@ def gpu_devices() -> list[str]:
 def command(sandbox: Sandbox, argv: list[str], *, env: dict[str, str], cwd: str) -> list[str]:
     """``argv`` as bubblewrap runs it in ``sandbox``, with exactly the environment ``env``, in ``cwd``."""
     home = os.path.realpath(os.path.expanduser("~"))
-    hidden = [os.path.realpath(p) for p in (*ALWAYS_HIDDEN, home, *sandbox.hidden) if os.path.isdir(p)]
+    hidden = [os.path.realpath(p) for p in (*ALWAYS_HIDDEN, tempfile.gettempdir(), home, *sandbox.hidden)
+              if os.path.isdir(p)]
     hidden = [p for p in dict.fromkeys(hidden) if p != "/"]
     args = [bwrap_path(), "--ro-bind", "/", "/"]
     for folder in sorted(hidden, key=len):  # outer folders first: an inner one is hidden inside it

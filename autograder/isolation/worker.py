@@ -26,7 +26,6 @@ import os
 import pickle
 import signal
 import sys
-import tempfile
 
 #: Bound at import, before any student code: C functions whose code cannot be swapped.
 _write = os.write
@@ -76,11 +75,12 @@ def main() -> None:
     _die_with_parent()
     request = pickle.loads(sys.stdin.buffer.read())
     nonce = request.pop("nonce")
+    token = request.pop("stage_token", nonce)  # signs the stage lines: they are in the file before student code
     sys.dont_write_bytecode = True
     reply_fd = os.dup(1)
-    _line(reply_fd, nonce, STAGE + "request")
+    _line(reply_fd, token, STAGE + "request")
     try:
-        check, guard, errors = _prepare(request, reply_fd, nonce)
+        check, guard, errors = _prepare(request, reply_fd, token)
     except BaseException as error:  # noqa: BLE001 - the grader's own failure, before any student code
         import traceback
 
@@ -93,7 +93,9 @@ def main() -> None:
     if os.environ.get("AUTOGRADER_INJECT_WORKER_FAULT") == request["check_id"]:
         _exit(0)  # fault injection (tests/test_class_kills.py): a worker lost before the student's code
     # From here on the student's code may end the process; before it, a missing verdict is the grader's.
-    _line(reply_fd, nonce, STARTED)
+    _line(reply_fd, token, STARTED)
+    del token
+    _dumpable(check.needs_gpu)  # a GPU check keeps what compute-sanitizer and the driver expect of a process
     try:
         try:
             with guard.student_code():
@@ -135,12 +137,24 @@ def main() -> None:
     _exit(0)  # skip interpreter teardown: student objects may have hostile finalisers
 
 
-def _prepare(request: dict, reply_fd: int, nonce: str):
-    """The grader's part before any student code: output files, the check, limits, the guard."""
-    output_path = request.pop("output_path", None)  # the grader quotes its end when no verdict comes
-    with open(output_path, "w+b") if output_path else tempfile.TemporaryFile() as output:
-        os.dup2(output.fileno(), 1)
-        os.dup2(output.fileno(), 2)
+def _dumpable(dumpable: bool) -> None:
+    """Not dumpable: no other process of the sandbox (one the student's code starts, say) may read or trace this
+    one's memory — a process that is not dumpable is not ptrace-able without CAP_SYS_PTRACE, which the sandbox
+    has not, and its ``/proc/<pid>/mem`` and ``/proc/<pid>/fd`` are closed to the others."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 1 if dumpable else 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except (OSError, AttributeError):
+        pass
+
+
+def _prepare(request: dict, reply_fd: int, token: str):
+    """The grader's part before any student code: output files, the check, limits, the guard.
+
+    Descriptor 2 is the grader's output file (the student's prints, warnings, a crash's last words: the grader
+    quotes its end when no verdict comes); descriptor 1 becomes it too, the reply keeps ``reply_fd``."""
+    os.dup2(2, 1)
     sys.stdout = sys.stderr = open(1, "w", closefd=False)
 
     from . import guard
@@ -151,11 +165,11 @@ def _prepare(request: dict, reply_fd: int, nonce: str):
         check.before_payload()
     if check.memory_limit_gib is None and "autograder.gpu.nvrtc" in sys.modules:  # a check that may compile CUDA
         sys.modules["autograder.gpu.nvrtc"].warm_up()
-    _line(reply_fd, nonce, STAGE + "check")
+    _line(reply_fd, token, STAGE + "check")
     guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB, request.get("max_processes"))
     guard.install(gpu=check.needs_gpu, secret_dirs=request.get("secret_dirs", ()),
                   write_protected=request.get("write_protected", ()))
-    _line(reply_fd, nonce, STAGE + "guard")
+    _line(reply_fd, token, STAGE + "guard")
     return check, guard, (CheckFailed, GraderFault, shorten)
 
 
@@ -184,6 +198,8 @@ def serve(control_fd: int) -> None:
     serving = tuple(set(sys.modules) - before)  # what only serving needs: gone again in each child
     start = os.getcwd()
     sandboxed = os.environ.get("AUTOGRADER_SANDBOXED") == "1"
+    if sandboxed:
+        _dumpable(False)  # no check it forks may trace it or read its memory
 
     control = socket.socket(fileno=control_fd)
     me = str(os.getpid())
@@ -219,6 +235,7 @@ def serve(control_fd: int) -> None:
         _, status = os.waitpid(pid, 0)
         if sandboxed:
             _kill_the_rest()
+            _empty_writable_places(start)
         control.send(json.dumps({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)}).encode())
 
 
@@ -236,6 +253,38 @@ def cuda_initialised() -> bool:
         except OSError:  # closed since the listing
             continue
     return False
+
+
+def _empty_writable_places(folder: str) -> None:
+    """In a sandbox after a check: remove what it left where the next check could read it — this server's folder
+    (all but its own home), the sandbox's private ``/tmp`` and ``/dev/shm`` — so no check hands data (a hidden
+    check's inputs) to another.  The folders on the way to this server's folder (it may be in that ``/tmp``) are
+    emptied around it."""
+    import shutil
+
+    keep = {os.path.realpath(os.environ.get("HOME", "")), os.path.realpath(folder)}
+
+    def empty(place: str) -> None:
+        try:
+            names = os.listdir(place)
+        except OSError:
+            return
+        for name in names:
+            path = os.path.realpath(os.path.join(place, name))
+            if path in keep or any(kept.startswith(path + os.sep) for kept in keep):
+                if path != os.path.realpath(os.environ.get("HOME", "")):
+                    empty(path)  # on the way to (or is) the server's folder: empty around what stays
+                continue
+            try:
+                if os.path.isdir(path) and not os.path.islink(os.path.join(place, name)):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(os.path.join(place, name))
+            except OSError:
+                pass
+
+    for place in ("/tmp", "/dev/shm", folder):
+        empty(place)
 
 
 def _kill_the_rest() -> None:

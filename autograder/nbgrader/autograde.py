@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import shutil
+import tempfile
 from nbgrader.api import MissingEntry
 from nbgrader.converters import Autograde
 from nbgrader.converters.base import NbGraderException
 
+from . import submission
 from .gradebook import open_gradebook
 from .cells import grade_id, is_test_cell
 from .execute import IsolatedExecute, SANDBOX_OFF, SandboxMissing, require_sandbox
@@ -41,6 +44,35 @@ class CourseAutograde(Autograde):
         if mode == "off":
             self.log.warning(SANDBOX_OFF)
         super().start()
+
+    def init_assignment(self, assignment_id: str, student_id: str) -> None:
+        """A submission is read without following links (:mod:`autograder.nbgrader.submission`): one whose notebook is
+        a link is not graded (nbgrader records the failure; ``course status`` says why), other links are left out —
+        nbgrader's own copy would follow them, bringing whatever they point at (the gradebook, ``/etc/shadow``)
+        into ``autograded/``."""
+        source = super()._format_source(assignment_id, student_id)
+        linked = submission.linked_notebook(source) if os.path.isdir(source) else None
+        if linked:
+            self.log.error("autograder: %s/%s: %s", student_id, assignment_id, linked)
+            raise NbGraderException(linked)
+        if os.path.isdir(source) and submission.links_in(source):
+            clean = tempfile.mkdtemp(prefix="autograder-unlinked-")
+            self._unlinked[(assignment_id, student_id)] = os.path.join(clean, "submission")
+            for anomaly in submission.copy_without_links(source, self._unlinked[(assignment_id, student_id)]):
+                self.log.warning("autograder: %s/%s: %s", student_id, assignment_id, anomaly)
+        super().init_assignment(assignment_id, student_id)
+
+    def _format_source(self, assignment_id: str, student_id: str, escape: bool = False) -> str:
+        unlinked = getattr(self, "_unlinked", {}).get((assignment_id, student_id))
+        return unlinked if unlinked and not escape else super()._format_source(assignment_id, student_id, escape)
+
+    def convert_notebooks(self) -> None:
+        self._unlinked: dict[tuple[str, str], str] = {}
+        try:
+            super().convert_notebooks()
+        finally:
+            for folder in self._unlinked.values():
+                shutil.rmtree(os.path.dirname(folder), ignore_errors=True)
 
     def init_notebooks(self) -> None:
         pattern = self._format_source(self.coursedir.assignment_id, self.coursedir.student_id)

@@ -246,28 +246,34 @@ class IsolatedExecute(Execute):
         use_sandbox = require_sandbox(self.sandbox)
         _remove_abandoned_once()
         owned = leftovers.OwnedFolder(leftovers.SANDBOX_SCRATCH)
-        scratch = owned.name
+        # Three folders of this submission's, none the others' (the kernel's sandbox binds only the first two, a
+        # check's only a folder of its own inside the third): nothing the kernel writes reaches a check, nothing a
+        # check writes (the hidden checks' inputs) reaches the kernel, and no reply of a check is in either.
+        scratch, checks = os.path.join(owned.name, "kernel"), os.path.join(owned.name, "checks")
         try:
+            os.mkdir(scratch, 0o700)
+            os.mkdir(checks, 0o700)
             if os.name == "posix":
                 require_short_socket_paths(scratch)
             self._scratch = scratch
             self._kernel_start_dir = os.path.join(scratch, "start")
             os.mkdir(self._kernel_start_dir)
-            self._box = self._make_sandbox(nb, scratch) if use_sandbox else None
+            self._box = self._make_sandbox(nb, scratch, os.path.join(owned.name, "submission")) if use_sandbox \
+                else None
             nb.metadata.setdefault("autograder", {})["sandbox"] = (sandbox_module.status()[1] if self._box
                                                                     else "off")
-            checks_box = None if self._box is None else dataclasses.replace(self._box, submission=None,
-                                                                             submission_copy=None)
+            checks_box = None if self._box is None else dataclasses.replace(
+                self._box, scratch=checks, submission=None, submission_copy=None)
             with isolation.sandboxed(checks_box):
                 return self._preprocess(nb, resources, km)
         finally:
             owned.cleanup()
 
-    def _make_sandbox(self, nb, scratch: str) -> "sandbox_module.Sandbox":
+    def _make_sandbox(self, nb, scratch: str, copy: str) -> "sandbox_module.Sandbox":
         """This submission's sandbox: the course (nbgrader runs from its root) and the folders the config
-        protects hidden; the kernel works in a private copy of the submission folder."""
-        copy = os.path.join(scratch, "submission")
-        shutil.copytree(self._submission_dir, copy, symlinks=True)
+        protects hidden; the kernel works in ``copy``, a private copy of the submission folder without its
+        notebooks (the graded one holds the test cells restored from the gradebook, hidden ones included)."""
+        copy_submission(self._submission_dir, copy)
         calls = [c for cell in nb.cells if is_test_cell(cell) for c in parse_grade_cell(cell.source) or []]
         return sandbox_module.Sandbox(
             scratch=scratch, hidden=(os.path.abspath(os.getcwd()), *(os.path.abspath(d) for d in self.protected_dirs)),
@@ -500,6 +506,19 @@ def _message_size(msg) -> int:
         size += len(value) if isinstance(value, str) else len(json.dumps(value))
     size += sum(len(line) for line in content.get("traceback", []) or [])
     return size
+
+
+def copy_submission(folder: str, copy: str) -> None:
+    """The kernel's private copy of a submission folder: its files without the notebooks (what the kernel needs
+    of them it is sent cell by cell), links and other non-regular files left out (the submission was checked for
+    them before: :func:`autograder.nbgrader.submission.links_in`)."""
+    def ignore(where: str, names: list[str]) -> set[str]:
+        return {name for name in names
+                if name.endswith(".ipynb") or name == ".ipynb_checkpoints"
+                or not (os.path.isdir(os.path.join(where, name)) or os.path.isfile(os.path.join(where, name)))
+                or os.path.islink(os.path.join(where, name))}
+
+    shutil.copytree(folder, copy, symlinks=True, ignore=ignore)
 
 
 def _read_export(path: str) -> dict:

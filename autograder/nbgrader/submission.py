@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -39,7 +41,7 @@ class Anomaly:
     """Something in a submission the instructor should know of (its grade may or may not change)."""
 
     kind: str    # "extra_file", "shadowing_file", "restored_cell", "edited_cell", "duplicate_cell",
-                 # "unknown_grade_cell", "invalid_notebook", "output_cut"
+                 # "unknown_grade_cell", "invalid_notebook", "output_cut", "link"
     detail: str  # the Russian sentence the instructor reads
 
     def __str__(self) -> str:
@@ -83,6 +85,57 @@ def extra_files(folder: Path, notebooks: set[str]) -> list[Anomaly]:
             found.append(Anomaly("extra_file", f"лишний файл {path.name} (доступен ноутбуку как модуль "
                                                "или файл рядом с ним)"))
     return found
+
+
+# --- links ---------------------------------------------------------------------------------
+
+#: What ``nbgrader collect`` and ``zip_collect`` make of a submission: folders and regular files of its own.  A
+#: symbolic link, a hard link (a file with more than one name: it may be the gradebook, or another student's
+#: notebook) or a device, pipe or socket can only be put there by hand or through a tampered exchange; followed,
+#: it would copy whatever it points at into the submission.
+LINK_KINDS = {"symlink": "символическая ссылка", "hardlink": "жёсткая ссылка (у файла несколько имён)",
+              "special": "не файл и не папка (устройство, канал, сокет)"}
+
+
+def links_in(folder: Path | str) -> list[tuple[str, str]]:
+    """(path relative to ``folder``, kind of :data:`LINK_KINDS`) of everything in ``folder`` that is not a folder
+    or a regular file with one name; read without following any link."""
+    found = []
+    for where, dirs, files in os.walk(folder):  # os.walk never enters a linked folder (followlinks=False)
+        for name in sorted(dirs + files):
+            path = os.path.join(where, name)
+            info = os.lstat(path)
+            kind = ("symlink" if stat.S_ISLNK(info.st_mode) else
+                    "special" if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)) else
+                    "hardlink" if stat.S_ISREG(info.st_mode) and info.st_nlink > 1 else None)
+            if kind:
+                found.append((os.path.relpath(path, folder), kind))
+    return found
+
+
+def link_anomalies(folder: Path | str) -> list[Anomaly]:
+    """The links of a submission (:func:`links_in`) as the instructor reads them: each was left out of grading."""
+    return [Anomaly("link", f"{name}: {LINK_KINDS[kind]} — не скопирована и не проверялась (ссылки не "
+                            "принимаются: сдавайте сами файлы)") for name, kind in links_in(folder)]
+
+
+def linked_notebook(folder: Path | str) -> str | None:
+    """Why the submission in ``folder`` cannot be graded because a notebook in it is a link (None: none is)."""
+    for name, kind in links_in(folder):
+        if name.endswith(".ipynb"):
+            return (f"ноутбук {name} — {LINK_KINDS[kind]}, а не файл работы: такую работу не проверяем (ссылка "
+                    "могла бы указывать на чужую работу или на решения). Попросите студента сдать сам ноутбук "
+                    "(nbgrader submit копирует файлы) и проверьте снова.")
+    return None
+
+
+def copy_without_links(folder: Path | str, target: Path | str) -> list[Anomaly]:
+    """Copy a submission folder without following or keeping any link (:func:`links_in` are left out); what was
+    left out."""
+    left_out = {os.path.join(folder, name) for name, _ in links_in(folder)}
+    shutil.copytree(folder, target, symlinks=True,
+                    ignore=lambda where, names: {n for n in names if os.path.join(where, n) in left_out})
+    return link_anomalies(folder)
 
 
 # --- structure -----------------------------------------------------------------------------
