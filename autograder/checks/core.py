@@ -9,6 +9,7 @@ the student's kernel did.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -70,6 +71,11 @@ class Check:
     #: Called in the check's worker before the student's objects are unpickled (a GPU check without a GPU: the
     #: emulator's stand-in takes ``cupy``'s place, as in the notebook that sent them).
     before_payload: Callable[[], object] | None = None
+    @property
+    def judged_apart(self) -> bool:
+        """Whether the worker judges and a student process of its own runs the student's code
+        (autograder/isolation/student_process.py): every CPU check; a GPU check still runs it in the worker."""
+        return not self.needs_gpu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,15 +217,27 @@ def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 
 def call_student(function: Any, *args, case: str, what: str = "функция", **kwargs):
-    """Call the student's function; any exception becomes a CheckFailed naming the case."""
-    if not callable(function):
+    """Call the student's function; any exception becomes a CheckFailed naming the case.
+
+    In a check's worker that judges (:mod:`autograder.isolation.student_process`), ``function`` is a handle:
+    the call, with this same function, runs in the student process and only its result comes back.  A grader
+    helper around the student's objects (a probe that catches their exceptions) runs here, and each call of a
+    handle in it goes there."""
+    from ..isolation import student_process
+
+    if student_process.judging() and student_process.is_handle(function):
+        return student_process.in_student(call_student, function, *args, case=case, what=what, **kwargs)
+    if not callable(function) or (student_process.is_handle(function)
+                                  and not student_process.callable_handle(function)):
         raise CheckFailed(f"{what} должна быть функцией, а получено {type(function).__name__}.")
     from ..isolation import guard
 
+    # In a judge no student code runs here: the handles' calls are guarded where they run.
+    guarded = contextlib.nullcontext() if student_process.judging() else guard.student_code()
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with guard.student_code():  # innermost: it restores the grader's state first
+            with guarded:  # innermost: it restores the grader's state first
                 return function(*args, **kwargs)
     except CheckFailed:
         raise
@@ -238,10 +256,13 @@ def call_student(function: Any, *args, case: str, what: str = "функция", 
         frames = [frame for frame in traceback.extract_tb(error.__traceback__)[1:]
                   if not frame.filename.startswith(_PACKAGE_DIR)]
         where = "".join(traceback.format_list(frames[-3:])) if frames else ""
-        try:
-            name, text = guard.describe(error)  # its __str__ is student code
-        except guard.Tampering as tampering:
-            raise CheckFailed(f"Нарушение правил проверки на случае {case}: {tampering}.") from None
+        if type(getattr(error, "student_where", None)) is str:  # raised in the student process, rebuilt here
+            where, name, text = error.student_where, type(error).__name__, error.student_text
+        else:
+            try:
+                name, text = guard.describe(error)  # its __str__ is student code
+            except guard.Tampering as tampering:
+                raise CheckFailed(f"Нарушение правил проверки на случае {case}: {tampering}.") from None
         limit = MAX_MESSAGE_CHARS if isinstance(error, ExplainedError) else 500
         raise CheckFailed(shorten(
             f"{what} выбросила исключение на случае {case}:\n"

@@ -17,17 +17,36 @@ from tracemalloc import (clear_traces as _clear_traces, get_traced_memory as _ge
 
 from typing import Callable, Iterable
 
+from ..isolation.student_process import measured
 from .core import CheckFailed, call_student, compare, describe_case
 
 MiB = 2**20
 
 
+#: How much more than tracemalloc's peak the student process's resident memory may grow by in a call: pages of
+#: NumPy's and the interpreter's own (measured: at most 2.0 MiB over tracemalloc for the reference solutions,
+#: benchmarks/resident_memory.py; a (T, D) float64 temporary of lesson 02 is 16 MiB) and huge-page rounding.
+RESIDENT_SLACK = 4 * 2**20
+
+
 @dataclasses.dataclass(frozen=True)
 class Peak:
-    """A measured peak next to the bound it is held to."""
+    """A measured peak next to the bound it is held to: tracemalloc's peak and, where the worker judges, how much
+    the student process's resident memory grew (the judge's reading: every allocation, mmap included)."""
 
     bytes: int
     result: object
+    resident: int | None = None
+
+    @property
+    def evaded(self) -> bool:
+        """Whether the process grew by more than tracemalloc saw (beyond :data:`RESIDENT_SLACK`)."""
+        return self.resident is not None and self.resident - RESIDENT_SLACK > self.bytes
+
+    @property
+    def counted(self) -> int:
+        """What the bound is held to: tracemalloc's peak, or the process's growth where it saw far less."""
+        return self.resident - RESIDENT_SLACK if self.evaded else self.bytes
 
     @property
     def mib(self) -> float:
@@ -35,7 +54,15 @@ class Peak:
 
 
 def measure_peak(function, *args, case: str, what: str = "функция", **kwargs) -> Peak:
-    """Call the student's function under tracemalloc; the peak excludes the inputs."""
+    """Call the student's function under tracemalloc; the peak excludes the inputs.  Measured where the
+    student's code runs (its student process, when the worker judges)."""
+    (peak, result), resident = measured(_measured_call, function, *args, case=case, what=what, **kwargs)
+    if type(peak) is not int:
+        raise CheckFailed(f"пик памяти не измерен (случай: {case}).")
+    return Peak(peak, result, resident)
+
+
+def _measured_call(function, *args, case: str, what: str, **kwargs) -> tuple[int, object]:
     if _is_tracing():
         _stop()
     _start()
@@ -48,7 +75,7 @@ def measure_peak(function, *args, case: str, what: str = "функция", **kwa
     finally:
         if _is_tracing():
             _stop()
-    return Peak(int(peak), result)
+    return int(peak), result
 
 
 def checked_peak(function, args: tuple, expected: Callable[[], object], *, case: str, what: str,
@@ -89,9 +116,32 @@ def peaks_within(cases: Iterable[dict], measure: Callable[[dict, str], Bound]) -
     """Every case's ``measure(case_dict, case_description)`` within its bound: the table of all the peaks,
     or CheckFailed for the first case over it."""
     rows: list[tuple[str, float, float]] = []
+    grown: list[int] = []
     for c in cases:
         bound = measure(c, describe_case(**c))
         rows += bound.rows
+        if bound.peak.resident is not None:
+            grown.append(bound.peak.resident)
+        if bound.peak.evaded and bound.peak.counted > bound.allowed:
+            raise CheckFailed(hidden_allocation(bound, peak_table(rows)))
         if bound.peak.bytes > bound.allowed:
             raise CheckFailed(bound.too_much(peak_table(rows)))
-    return peak_table(rows)
+    table = peak_table(rows)
+    if grown:
+        table += (f"\n{RESIDENT_LINE} {max(grown) / MiB:.2f} МиБ (всё, что выделено, в том числе в обход "
+                  "tracemalloc)")
+    return table
+
+
+#: The line of a memory check's table that says how much the student process grew (benchmarks/resident_memory.py
+#: reads it).
+RESIDENT_LINE = "рост памяти процесса за вызов: до"
+
+
+def hidden_allocation(bound: Bound, table: str) -> str:
+    """The message for memory tracemalloc did not see: the process grew by more than it and than the bound."""
+    peak = bound.peak
+    return (f"Память процесса выросла на {peak.resident / MiB:.1f} МиБ, а tracemalloc видел только "
+            f"{peak.mib:.1f} МиБ (допустимо {bound.allowed / MiB:.2f} МиБ): память выделена в обход NumPy — "
+            "через mmap, ctypes или другой аллокатор. Проверка считает всю память процесса, так её не спрятать: "
+            "создавайте временные массивы поблочно.\n" + table)

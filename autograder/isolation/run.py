@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import pickle
+import struct
 import secrets
 import shutil
 import signal
@@ -205,11 +206,12 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
     stage_token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="autograder-out-", ignore_cleanup_errors=True) as outdir:
         out_path, output_path = os.path.join(outdir, "reply"), os.path.join(outdir, "output")
-        request = pickle.dumps({"check_id": check_id, "cases": cases, "payloads": list(payloads),
-                                "memory_limit_gib": check.memory_limit_gib, "nonce": nonce,
-                                "stage_token": stage_token, "secret_dirs": tuple(secret_dirs),
-                                "write_protected": tuple(write_protected),
-                                "max_processes": sandbox_module.process_limit() if box is not None else None})
+        request = frame_request({"check_id": check_id, "cases": cases, "payloads": list(payloads),
+                                 "memory_limit_gib": check.memory_limit_gib,
+                                 "stage_token": stage_token, "secret_dirs": tuple(secret_dirs),
+                                 "write_protected": tuple(write_protected),
+                                 "max_processes": sandbox_module.process_limit() if box is not None else None},
+                                nonce)
         with open(out_path, "ab") as out, open(output_path, "ab") as output, \
                 _worker(check, env, box, out, output, fork=False if launcher else fork, launcher=launcher) as process:
             try:
@@ -229,6 +231,13 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
                 return run_check(check_id, payloads, cases, timeout_s=timeout, secret_dirs=secret_dirs,
                                  write_protected=write_protected, fork=False, launcher=launcher)
         return _parse_reply(check, process.returncode, nonce, stage_token, _tail(out_path), _tail(output_path))
+
+
+def frame_request(request: dict, nonce: str) -> bytes:
+    """What a worker reads on its standard input: the request's length and pickle, then the verdict's nonce
+    (the worker reads the nonce only once no student code can run where it is: autograder/isolation/worker.py)."""
+    body = pickle.dumps(request)
+    return struct.pack("<Q", len(body)) + body + nonce.encode("ascii")
 
 
 @contextlib.contextmanager
@@ -394,8 +403,12 @@ def _parse_reply(check, returncode: int, nonce: str, stage_token: str, out: byte
             reply = json.loads(replies[-1])
             if reply.get("grader_fault") is True:
                 return grader_fault(check, str(reply["message"]))
+            message = str(reply["message"])
+            tail = err.decode("utf-8", "replace").strip()
+            if reply.get("show_output") is True and tail:  # the student process ended without a result
+                message += "\nПоследние строки вывода:\n" + shorten(tail[-800:], 800)
             return CheckResult(check.id, check.title, check.points, reply["passed"] is True,
-                               str(reply["message"]), reply.get("mistake"), reply.get("not_started") is True)
+                               message, reply.get("mistake"), reply.get("not_started") is True)
         except (ValueError, KeyError, TypeError):
             return CheckResult(check.id, check.title, check.points, False,
                                "Проверка вернула нечитаемый ответ (внутренняя ошибка проверки): "

@@ -6,10 +6,11 @@ nbgrader's stderr), cap memory and file sizes, import the check (so it captures 
 friends before any student code exists), install the guard, and only then unpickle the
 student's objects.
 
-The reply line starts with a nonce that only the grader and this module's ``main`` frame know
-(student code may not reach frames or the garbage collector), and it is encoded with C
-functions bound before student code ran: a student who writes a forged verdict to the output,
-or patches ``json``, does not pass.
+The reply line starts with a nonce that only the grader and this process know.  In a CPU check this process is a
+judge: it forks the student process (:mod:`autograder.isolation.student_process`) before it reads the nonce, and
+no student code ever runs here.  In a GPU check student code runs here (student code may not reach frames or the
+garbage collector); the line is encoded with C functions bound before student code ran: a student who writes a
+forged verdict to the output, or patches ``json``, does not pass.
 
 Every line is built as text and encoded whole, never from one-byte ``bytes`` constants such as
 ``b" "``: CPython shares one object per byte value across the process, and a native library that
@@ -47,13 +48,15 @@ def _line(fd: int, nonce: str, text: str) -> None:
 
 
 def _reply(fd: int, nonce: str, passed: bool, message: str, mistake, not_started=False,
-           grader_fault=False) -> None:
-    text = '{"passed": %s, "message": %s, "mistake": %s, "not_started": %s, "grader_fault": %s}' % (
+           grader_fault=False, show_output=False) -> None:
+    text = ('{"passed": %s, "message": %s, "mistake": %s, "not_started": %s, "grader_fault": %s, '
+            '"show_output": %s}') % (
         "true" if passed is True else "false",
         _quote(message if type(message) is str else "?"),
         _quote(mistake) if type(mistake) is str else "null",
         "true" if not_started is True else "false",
-        "true" if grader_fault is True else "false")
+        "true" if grader_fault is True else "false",
+        "true" if show_output is True else "false")
     _line(fd, nonce, text)
 
 
@@ -73,39 +76,43 @@ def _die_with_parent() -> None:
 
 def main() -> None:
     _die_with_parent()
-    request = pickle.loads(sys.stdin.buffer.read())
-    nonce = request.pop("nonce")
-    token = request.pop("stage_token", nonce)  # signs the stage lines: they are in the file before student code
+    request = _read_request()
+    token = request.pop("stage_token")  # signs the stage lines: they are in the file before student code
     sys.dont_write_bytecode = True
     reply_fd = os.dup(1)
     _line(reply_fd, token, STAGE + "request")
     try:
-        check, guard, errors = _prepare(request, reply_fd, token)
+        check, guard, errors, judge = _prepare(request, reply_fd, token)
     except BaseException as error:  # noqa: BLE001 - the grader's own failure, before any student code
         import traceback
 
         where = "".join(traceback.format_exception(type(error), error, error.__traceback__)[-3:])
-        _reply(reply_fd, nonce, False, f"исполнитель проверки не запустился: {type(error).__name__}: {error}\n"
-               f"{where.strip()[-600:]}", None, grader_fault=True)
+        _reply(reply_fd, _read_nonce(), False, f"исполнитель проверки не запустился: {type(error).__name__}: "
+               f"{error}\n{where.strip()[-600:]}", None, grader_fault=True)
         _exit(0)
     CheckFailed, GraderFault, shorten = errors
-    passed, message, mistake, not_started, fault = False, "", None, False, False
+    passed, message, mistake, not_started, fault, show_output = False, "", None, False, False, False
     if os.environ.get("AUTOGRADER_INJECT_WORKER_FAULT") == request["check_id"]:
         _exit(0)  # fault injection (tests/test_class_kills.py): a worker lost before the student's code
     # From here on the student's code may end the process; before it, a missing verdict is the grader's.
     _line(reply_fd, token, STARTED)
     del token
-    _dumpable(check.needs_gpu)  # a GPU check keeps what compute-sanitizer and the driver expect of a process
+    if judge is not None:  # the student's code runs in a process of its own, forked before the nonce is read
+        judge.start(request["payloads"], (0, reply_fd))
+    nonce = _read_nonce()
     try:
-        try:
-            with guard.student_code():
-                objects = [pickle.loads(blob) for blob in request["payloads"]]
-        except guard.Tampering as error:
-            raise CheckFailed(f"Нарушение правил проверки при передаче объекта: {error}.") from None
-        except Exception as error:
-            name, text = guard.describe(error)
-            raise CheckFailed(f"Не удалось восстановить ваш объект для проверки: "
-                              f"{name}: {shorten(text, 300)}") from None
+        if judge is not None:
+            objects = judge.objects()
+        else:
+            try:
+                with guard.student_code():
+                    objects = [pickle.loads(blob) for blob in request["payloads"]]
+            except guard.Tampering as error:
+                raise CheckFailed(f"Нарушение правил проверки при передаче объекта: {error}.") from None
+            except Exception as error:
+                name, text = guard.describe(error)
+                raise CheckFailed(f"Не удалось восстановить ваш объект для проверки: "
+                                  f"{name}: {shorten(text, 300)}") from None
         cases = request["cases"]
         if os.environ.get("AUTOGRADER_INJECT_GRADER_FAULT") == request["check_id"]:
             raise GraderFault("проверочный сбой (AUTOGRADER_INJECT_GRADER_FAULT)")  # tests/test_hardening_worker.py
@@ -116,6 +123,7 @@ def main() -> None:
     except CheckFailed as failure:
         message, mistake = str(failure), getattr(failure, "mistake", None)
         not_started = getattr(failure, "not_started", False) is True
+        show_output = getattr(failure, "show_output", False) is True  # the student process ended: its last words
     except MemoryError:
         message = "Проверка исчерпала лимит памяти (MemoryError)."
     except guard.Tampering as error:
@@ -130,11 +138,51 @@ def main() -> None:
             message, fault = f"защита проверки запретила действие самой проверки: {denied}", True
         else:
             message = f"Внутренняя ошибка проверки: {name}: {shorten(text, 500)}"
-    tampering = guard.verify()
+    if judge is not None:
+        try:
+            tampering = judge.verify()
+        except CheckFailed as failure:
+            tampering = None if not passed else str(failure)
+        judge.stop()
+    else:
+        tampering = guard.verify()
     if tampering:
         passed, message, mistake, not_started, fault = False, f"Нарушение правил проверки: {tampering}.", None, False, False
-    _reply(reply_fd, nonce, passed, message, mistake, not_started, fault)
+    _reply(reply_fd, nonce, passed, message, mistake, not_started, fault, show_output and not passed)
     _exit(0)  # skip interpreter teardown: student objects may have hostile finalisers
+
+
+#: The request on standard input: its length (8 bytes, little-endian), the pickled request, then the nonce.
+NONCE_BYTES = 32
+
+
+def _read_request() -> dict:
+    import struct
+
+    (length,) = struct.unpack("<Q", _read_exactly(8))
+    return pickle.loads(_read_exactly(length))
+
+
+def _read_nonce() -> str:
+    """The verdict's nonce, read after the student process was forked: that process never had it."""
+    return _read_exactly(NONCE_BYTES).decode("ascii")
+
+
+def _read_exactly(count: int) -> bytes:
+    """``count`` bytes of descriptor 0, read unbuffered (nothing of what follows is read ahead into memory)."""
+    chunks, left = [], count
+    while left:
+        chunk = os.read(0, min(left, 1 << 20))
+        if not chunk:
+            _exit(1)  # the grader is gone
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _install_guard(guard, check, request: dict) -> None:
+    guard.install(gpu=check.needs_gpu, secret_dirs=request.get("secret_dirs", ()),
+                  write_protected=request.get("write_protected", ()))
 
 
 def _dumpable(dumpable: bool) -> None:
@@ -150,7 +198,8 @@ def _dumpable(dumpable: bool) -> None:
 
 
 def _prepare(request: dict, reply_fd: int, token: str):
-    """The grader's part before any student code: output files, the check, limits, the guard.
+    """The grader's part before any student code: output files, the check, limits, the guard (or, for a check
+    judged apart from the student's code, :mod:`autograder.isolation.student_process` to start it).
 
     Descriptor 2 is the grader's output file (the student's prints, warnings, a crash's last words: the grader
     quotes its end when no verdict comes); descriptor 1 becomes it too, the reply keeps ``reply_fd``."""
@@ -167,10 +216,13 @@ def _prepare(request: dict, reply_fd: int, token: str):
         sys.modules["autograder.gpu.nvrtc"].warm_up()
     _line(reply_fd, token, STAGE + "check")
     guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB, request.get("max_processes"))
-    guard.install(gpu=check.needs_gpu, secret_dirs=request.get("secret_dirs", ()),
-                  write_protected=request.get("write_protected", ()))
+    _dumpable(check.needs_gpu)  # a GPU check keeps what compute-sanitizer and the driver expect of a process
+    _install_guard(guard, check, request)  # inherited by the student process (the guard restricts nothing before
+    judge = None                           # student code has run, so that process still sets itself up)
+    if check.judged_apart:
+        from . import student_process as judge
     _line(reply_fd, token, STAGE + "guard")
-    return check, guard, (CheckFailed, GraderFault, shorten)
+    return check, guard, (CheckFailed, GraderFault, shorten), judge
 
 
 # --- the fork server -------------------------------------------------------------------------
@@ -190,7 +242,7 @@ def serve(control_fd: int) -> None:
     in its own session, and its exit status once it is reaped.
     """
     _die_with_parent()
-    from . import guard  # noqa: F401 - imported once, here: numpy, the guard's snapshot
+    from . import guard, student_process  # noqa: F401 - imported once, here: numpy, the guard's snapshot, socket
     from ..checks.core import get_check
 
     before = set(sys.modules)

@@ -110,6 +110,8 @@ def _audit(event: str, args: tuple) -> None:
         path = _path(args[0])
         if path and _secret(path):
             _deny(f"при проверке нельзя открывать файл {path}")
+        if path and path.startswith("/proc/") and path.endswith("/clear_refs") and _student_now():
+            _deny("при проверке нельзя сбрасывать счётчики памяти процесса")  # the memory check reads them
         if path and _writes(args) and _write_protected(path):
             _deny(f"при проверке нельзя писать в {path}")
     elif event == "sqlite3.connect" and args:

@@ -7,6 +7,7 @@ artists it returns (line vertices, marker positions), never by pixels.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 
@@ -18,6 +19,7 @@ from ...checks import reference
 from ...checks.core import CheckFailed, call_student, check, describe_case, plural
 from ...checks.mistakes import failure, first_match, identify
 from ...checks.scalars import expect_number, fmt, is_number
+from ...isolation.student_process import in_student, transferable
 
 #: name -> (dense bf16 tensor-core peak, FLOP/s; HBM bandwidth, bytes/s), NVIDIA datasheets.
 GPUS = {
@@ -434,13 +436,78 @@ def _has_point(points, xy) -> bool:
     return bool(len(points) and np.any(np.all(np.abs(points - xy) <= ROOF_REL * np.abs(xy), axis=1)))
 
 
-def _labels(ax) -> list[str]:
-    texts = [a.get_label() for a in list(ax.lines) + list(ax.collections)]
-    texts += [t.get_text() for t in ax.texts]
-    legend = ax.get_legend()
-    if legend is not None:
-        texts += [t.get_text() for t in legend.get_texts()]
+def _labels(ax: DrawnAxes) -> list[str]:
+    texts = [a.get_label() for a in list(ax.lines) + list(ax.collections)] + list(ax.texts) + list(ax.legend or ())
     return [t for t in texts if isinstance(t, str) and not t.startswith("_")]
+
+
+@transferable
+@dataclasses.dataclass(frozen=True)
+class DrawnLine:
+    """What the check reads of a matplotlib line (or a collection: its offsets, no line style): the student's
+    figure is read where it was drawn, in the student process, and only this comes back to be graded."""
+
+    xy: np.ndarray
+    linestyle: str
+    label: str
+
+    def get_xydata(self):
+        return self.xy
+
+    get_offsets = get_xydata
+
+    def get_linestyle(self) -> str:
+        return self.linestyle
+
+    def get_label(self) -> str:
+        return self.label
+
+
+@transferable
+@dataclasses.dataclass(frozen=True)
+class DrawnAxes:
+    """What the check reads of a matplotlib Axes: its lines, collections, texts, legend texts and scales."""
+
+    lines: tuple
+    collections: tuple
+    texts: tuple
+    legend: tuple | None
+    xscale: str
+    yscale: str
+
+    def get_xscale(self) -> str:
+        return self.xscale
+
+    def get_yscale(self) -> str:
+        return self.yscale
+
+
+def _text(value) -> str:
+    return value if type(value) is str else ""
+
+
+def _drawn(ax) -> DrawnAxes:
+    lines = tuple(DrawnLine(_line_points(line), _text(line.get_linestyle()), _text(line.get_label()))
+                  for line in ax.lines)
+    collections = tuple(DrawnLine(_collection_points(c), "None", _text(c.get_label())) for c in ax.collections)
+    legend = ax.get_legend()
+    return DrawnAxes(lines, collections, tuple(_text(t.get_text()) for t in ax.texts),
+                     None if legend is None else tuple(_text(t.get_text()) for t in legend.get_texts()),
+                     _text(ax.get_xscale()), _text(ax.get_yscale()))
+
+
+def _drawn_plot(plot_roofline, gpu: str, ops: dict, case: str) -> list[DrawnAxes]:
+    """In the student process: the student's plot drawn and read (matplotlib is imported there when the student's
+    function is unpickled, not by the grader: a module the worker imports before student code is guarded, and
+    pyplot introspects its own functions)."""
+    import matplotlib.pyplot as plt
+
+    plt.switch_backend("Agg")  # resolved by the grader: pyplot inspects the backend on first use
+    try:
+        result = call_student(plot_roofline, gpu, dict(ops), case=case, what="plot_roofline")
+        return [_drawn(ax) for ax in _axes_list(result, case)]
+    finally:
+        plt.close("all")
 
 
 def _axes_list(result, case) -> list:
@@ -502,18 +569,9 @@ def _grade_axes(axes, gpu, ops, case) -> str:
 
 @check("lesson01.roofline_plot", points=3, title="График roofline: координаты крыши и точек")
 def roofline_plot(plot_roofline, cases=({"gpu": "H100 SXM", "ops": {k: list(v) for k, v in QWEN_OPS.items()}},)):
-    # matplotlib itself is imported when the student's function is unpickled, not here: a module the
-    # worker imports before student code is guarded, and pyplot introspects its own functions.
-    import matplotlib.pyplot as plt
-
-    plt.switch_backend("Agg")  # resolved by the grader: pyplot inspects the backend on first use
-    try:
-        for c in cases:
-            gpu = c["gpu"]
-            ops = {name: tuple(value) for name, value in c["ops"].items()}
-            case = f"gpu={gpu!r}, операторы: {', '.join(ops)}"
-            result = call_student(plot_roofline, gpu, dict(ops), case=case, what="plot_roofline")
-            detail = _grade_axes(_axes_list(result, case), gpu, ops, case)
-    finally:
-        plt.close("all")
+    for c in cases:
+        gpu = c["gpu"]
+        ops = {name: tuple(value) for name, value in c["ops"].items()}
+        case = f"gpu={gpu!r}, операторы: {', '.join(ops)}"
+        detail = _grade_axes(in_student(_drawn_plot, plot_roofline, gpu, ops, case), gpu, ops, case)
     return detail

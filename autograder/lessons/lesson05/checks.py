@@ -19,6 +19,7 @@ from ...checks.core import (CheckFailed, call_student, check, describe_case, req
                             require_unchanged)
 from ...checks.inputs import normal
 from ...checks.memory import Bound, MiB, measure_peak, peaks_within
+from ...isolation.student_process import in_student
 from ...checks.mistakes import compare_or_name
 from .tracing import expected_tiles, observe_tiles
 
@@ -256,6 +257,11 @@ def text_grid(tiles: np.ndarray) -> str:
 
 
 def _observe(fn, name: str, Q, K, V, Br: int, Bc: int, causal: bool, case: str):
+    """The tiles ``fn`` computes, observed where the student's code runs (the traced Q and K live there)."""
+    return in_student(_observe_here, fn, name, Q, K, V, Br, Bc, causal, case)
+
+
+def _observe_here(fn, name: str, Q, K, V, Br: int, Bc: int, causal: bool, case: str):
     def call(function, *args, **kwargs):
         try:
             return call_student(function, *args, case=case, what=name, **kwargs)

@@ -24,6 +24,8 @@ import dataclasses
 import numpy as np
 import numpy.ma  # noqa: F401  NumPy imports it on first use with a subclass; load it before student code
 
+from ...isolation.student_process import transferable
+
 SOURCES = ("Q", "K")
 
 
@@ -273,6 +275,7 @@ def untraced(x):
     return x.view(np.ndarray) if isinstance(x, Traced) else x
 
 
+@transferable  # observed in the student process, judged in the worker
 @dataclasses.dataclass(frozen=True)
 class TileObservation:
     """What a traced call computed: which (Q-block, K-block) tiles met in a product."""
