@@ -1,18 +1,19 @@
-"""The memory checks of lessons 02, 03, 05 and 11 with the reference solutions and with a solution that hides a
-(T, D) temporary from tracemalloc in an ``mmap``: tracemalloc's peak next to the student process's resident growth,
-which the judge reads from /proc (autograder/isolation/student_process.py), and the verdicts.  Shows the slack
+"""The memory checks of lessons 02, 03, 05 and 11 with the reference solutions and with a solution that hides its
+(T, D) temporaries from tracemalloc in ``mmap``\\ s: tracemalloc's peak next to the student process's resident growth,
+which the judge reads from /proc (autograder/checks/student_process.py), and the verdicts.  Shows that
 ``RESIDENT_SLACK`` (autograder/checks/memory.py) is enough for honest code and too little to hide a temporary.
 
     python benchmarks/resident_memory.py [--out benchmarks/results/resident_memory.txt]
 
-No GPU needed; a few seconds a check on 2 cores.
+This process is the judge, as a check's worker is (without the sandbox): it forks the student process, runs the
+check's own function and reads each case's measurement (``memory.LAST_BOUNDS``).  No GPU needed; seconds.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import platform
-import re
 import sys
 import textwrap
 from pathlib import Path
@@ -26,10 +27,11 @@ MEMORY_CHECKS = {  # check id -> (lesson folder, the function it measures)
     "lesson02.add_memory": ("02_fused_rmsnorm", "fused_add_rms_norm"),
     "lesson03.memory": ("03_swiglu", "fused_swiglu"),
     "lesson05.fa1_memory": ("05_flash_attention", "flash_attention"),
+    "lesson05.fa2_memory": ("05_flash_attention", "flash_attention_v2"),
     "lesson11.memory": ("11_flash_decoding", "paged_decode"),
 }
 
-#: lesson 02's reference with its float64 copy of x made in an anonymous mmap, which tracemalloc does not see.
+#: Lesson 02's answer with its float64 temporaries in anonymous mmaps, which tracemalloc does not see.
 HIDDEN_IN_MMAP = textwrap.dedent('''
     def fused_rms_norm(x, w, eps=1e-6):
         import mmap
@@ -46,12 +48,31 @@ HIDDEN_IN_MMAP = textwrap.dedent('''
 ''')
 
 
-def namespace(source: str) -> dict:
-    import math
-
+def function(source: str, name: str):
     space = {"__name__": "__main__", "np": np, "math": math}
     exec(compile(source, "<student>", "exec"), space)
-    return space
+    return space[name]
+
+
+def judged(check_id: str, fn) -> tuple[str, list]:
+    """The check run with this process as its judge: its verdict, and its cases' measurements."""
+    from autograder.checks import memory, student_process
+    from autograder.checks.core import CheckFailed, get_check
+    from autograder.isolation.run import pack_one
+
+    check = get_check(check_id)
+    student_process.start([pack_one(fn)], ())
+    try:
+        (handle,) = student_process.objects()
+        try:
+            check.function(handle)
+            verdict = "пройдена"
+        except CheckFailed as failure:
+            verdict = "не пройдена: " + str(failure).splitlines()[0][:70]
+    finally:
+        student_process.stop()
+        student_process._JUDGE.update(socket=None)
+    return verdict, list(memory.LAST_BOUNDS)
 
 
 def main() -> None:
@@ -59,27 +80,29 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "resident_memory.txt")
     options = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from autograder.checks.memory import RESIDENT_LINE
+    from autograder.checks.memory import MiB, RESIDENT_SLACK
     from autograder.course import grading
-    from autograder.isolation.run import pack_one, run_check
 
-    lines = [f"{'проверка':<22}{'решение':<16}{'tracemalloc, МиБ':>18}{'процесс, МиБ':>14}  вердикт"]
+    lines = [f"{'проверка':<22}{'решение':<14}{'случай':>6}{'tracemalloc':>13}{'процесс':>10}{'разница':>10}"
+             f"{'допуск':>9}  вердикт (МиБ)"]
+    worst = 0.0
     for check_id, (lesson, name) in MEMORY_CHECKS.items():
-        answers = grading.reference_answers(lesson)
-        solutions = [("эталон", "\n".join(answers.values()))]
+        solutions = [("эталон", "\n".join(grading.reference_answers(lesson).values()))]
         if check_id == "lesson02.memory":
             solutions.append(("mmap (T, D)", HIDDEN_IN_MMAP))
         for label, source in solutions:
-            function = namespace(source)[name]
-            result = run_check(check_id, [pack_one(function)])
-            peaks = [float(p) for p in re.findall(r"\s([\d.]+)\s+[\d.]+\s+\d+%", result.message)]
-            grown = re.search(rf"{re.escape(RESIDENT_LINE)} ([\d.]+)", result.message)
-            hidden = re.search(r"Память процесса выросла на ([\d.]+)", result.message)
-            resident = grown.group(1) if grown else hidden.group(1) if hidden else "—"
-            lines.append(f"{check_id:<22}{label:<16}{max(peaks):>18}{resident:>14}  "
-                         f"{'пройдена' if result.passed else 'не пройдена'}")
-    header = (f"# {datetime.date.today()}  {platform.node()}  {platform.processor() or platform.machine()}\n"
-              f"# python benchmarks/resident_memory.py\n")
+            verdict, bounds = judged(check_id, function(source, name))
+            for number, bound in enumerate(bounds, 1):
+                peak = bound.peak
+                grown = "—" if peak.resident is None else f"{peak.resident / MiB:.2f}"
+                gap = None if peak.resident is None else (peak.resident - peak.bytes) / MiB
+                if label == "эталон" and gap is not None:
+                    worst = max(worst, gap)
+                lines.append(f"{check_id:<22}{label:<14}{number:>6}{peak.mib:>13.2f}{grown:>10}"
+                             f"{'—' if gap is None else f'{gap:+.2f}':>10}{bound.allowed / MiB:>9.2f}  {verdict}")
+    lines.append(f"наибольшая разница у эталонов: {worst:+.2f} МиБ; RESIDENT_SLACK = {RESIDENT_SLACK / MiB:g} МиБ")
+    header = (f"# {datetime.datetime.now():%Y-%m-%d %H:%M}  {platform.node()}  {platform.machine()}  "
+              f"python benchmarks/resident_memory.py\n")
     text = header + "\n".join(lines) + "\n"
     print(text)
     options.out.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from autograder.isolation.run import run_check
 from helpers import reported_facts, student
 
 #: Reports the worker process as the student's code sees it, through the check's own message: the student process
-#: (autograder/isolation/student_process.py) its worker forked, whose parent ("parent") is the grader or the server.
+#: (autograder/checks/student_process.py) its worker forked, whose parent ("parent") is the grader or the server.
 REPORT = """
 def fused_rms_norm(x, w, eps=1e-6):
     import os, sys, resource, zlib

@@ -316,7 +316,7 @@ def test_grading_leaves_nothing_in_tmpdir(graded):
 
 def test_a_worker_cannot_sign_a_verdict_with_what_it_reads_back(tmp_path):
     """Route 1 at the worker's level, without a sandbox: the student's code runs in a process of its own that never
-    had the reply file nor the verdict's nonce (autograder/isolation/student_process.py): the forger finds nothing
+    had the reply file nor the verdict's nonce (autograder/checks/student_process.py): the forger finds nothing
     to sign with, the check fails, and the forger's own words show that it ran."""
     forger = student(FORGE_IN_WORKER)
     result = run_check("lesson02.equivalence", [pack_one(forger)])

@@ -141,7 +141,7 @@ def test_gpu_checks_in_a_sandbox_with_the_gpu_have_a_fork_server_of_their_own(tm
     assert all(server.dead() for server in servers.values()) and not fork_server.SERVER
 
 
-#: A CPU check's student code runs in a process its worker forked (autograder/isolation/student_process.py): the
+#: A CPU check's student code runs in a process its worker forked (autograder/checks/student_process.py): the
 #: worker's parent is what the check was started from.
 REPORT_PARENT = """
 def fused_rms_norm(x, w, eps=1e-6):

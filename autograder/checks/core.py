@@ -27,33 +27,8 @@ import numpy as np
 #: empty boxes where no emoji font is installed.
 PASS_MARK, FAIL_MARK, SKIP_MARK = "✓", "✗", "○"
 
-#: The package's folder: frames from here are the grader's, left out of what a student's exception shows.
-_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + "/"
-
-
-class CheckFailed(AssertionError):
-    """A graded property does not hold; the message is meant for the student (Russian)."""
-
-    def _render_traceback_(self) -> list[str]:
-        """IPython shows this instead of a traceback: the grader's frames tell a student nothing.
-
-        The same one entry that an autograded cell shows (nbgrader_ext).
-        """
-        return [f"Проверка не пройдена: {self}"]
-
-
-class GraderFault(Exception):
-    """The grader itself could not run part of a check (e.g. the run under compute-sanitizer was lost
-    before the student's code started).  The worker reports it as a grader fault, not as a failure:
-    the check runs again, and a submission whose check still cannot run is left ungraded, never zero.
-    Student code never raises it into a check: :func:`call_student` turns every exception of
-    student code into a :class:`CheckFailed`."""
-
-
-class ExplainedError(Exception):
-    """An error the grader's own code raises inside a student's call (the GPU stand-in stopping a kernel), with a
-    message written for the student: :func:`call_student` keeps it whole (up to :data:`MAX_MESSAGE_CHARS`) where it
-    cuts any other exception's text at 500 characters."""
+from .failures import (_PACKAGE_DIR, MAX_MESSAGE_CHARS, CheckFailed, ExplainedError, GraderFault,  # noqa: F401
+                       shorten)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +49,7 @@ class Check:
     @property
     def judged_apart(self) -> bool:
         """Whether the worker judges and a student process of its own runs the student's code
-        (autograder/isolation/student_process.py): every CPU check; a GPU check still runs it in the worker."""
+        (autograder/checks/student_process.py): every CPU check; a GPU check still runs it in the worker."""
         return not self.needs_gpu
 
 
@@ -208,22 +183,14 @@ def format_points(points: float) -> str:
 
 # --- calling student code -------------------------------------------------------------------
 
-MAX_MESSAGE_CHARS = 1500
-
-
-def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    text = str(text)
-    return text if len(text) <= limit else text[: limit - 40] + f"\n… (обрезано, всего {len(text)} символов)"
-
-
 def call_student(function: Any, *args, case: str, what: str = "функция", **kwargs):
     """Call the student's function; any exception becomes a CheckFailed naming the case.
 
-    In a check's worker that judges (:mod:`autograder.isolation.student_process`), ``function`` is a handle:
+    In a check's worker that judges (:mod:`autograder.checks.student_process`), ``function`` is a handle:
     the call, with this same function, runs in the student process and only its result comes back.  A grader
     helper around the student's objects (a probe that catches their exceptions) runs here, and each call of a
     handle in it goes there."""
-    from ..isolation import student_process
+    from . import student_process
 
     if student_process.judging() and student_process.is_handle(function):
         return student_process.in_student(call_student, function, *args, case=case, what=what, **kwargs)

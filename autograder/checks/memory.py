@@ -17,7 +17,7 @@ from tracemalloc import (clear_traces as _clear_traces, get_traced_memory as _ge
 
 from typing import Callable, Iterable
 
-from ..isolation.student_process import measured
+from .student_process import measured
 from .core import CheckFailed, call_student, compare, describe_case
 
 MiB = 2**20
@@ -116,26 +116,20 @@ def peaks_within(cases: Iterable[dict], measure: Callable[[dict, str], Bound]) -
     """Every case's ``measure(case_dict, case_description)`` within its bound: the table of all the peaks,
     or CheckFailed for the first case over it."""
     rows: list[tuple[str, float, float]] = []
-    grown: list[int] = []
+    LAST_BOUNDS.clear()
     for c in cases:
         bound = measure(c, describe_case(**c))
         rows += bound.rows
-        if bound.peak.resident is not None:
-            grown.append(bound.peak.resident)
+        LAST_BOUNDS.append(bound)
         if bound.peak.evaded and bound.peak.counted > bound.allowed:
             raise CheckFailed(hidden_allocation(bound, peak_table(rows)))
         if bound.peak.bytes > bound.allowed:
             raise CheckFailed(bound.too_much(peak_table(rows)))
-    table = peak_table(rows)
-    if grown:
-        table += (f"\n{RESIDENT_LINE} {max(grown) / MiB:.2f} МиБ (всё, что выделено, в том числе в обход "
-                  "tracemalloc)")
-    return table
+    return peak_table(rows)  # the resident growth, which varies run by run, is not in a passing verdict's words
 
 
-#: The line of a memory check's table that says how much the student process grew (benchmarks/resident_memory.py
-#: reads it).
-RESIDENT_LINE = "рост памяти процесса за вызов: до"
+#: The cases of the last memory check this process judged, measured (benchmarks/resident_memory.py reads them).
+LAST_BOUNDS: list[Bound] = []
 
 
 def hidden_allocation(bound: Bound, table: str) -> str:

@@ -20,6 +20,7 @@ import tempfile
 from . import runtime as gpu
 from ..isolation import guard, run as isolation  # isolation before any student code: the guard snapshots modules
 from ..checks.core import CheckFailed, GraderFault, call_student, check, describe_case, shorten
+from ..checks.student_process import in_student
 
 def sanitizer_path() -> str | None:
     found = shutil.which("compute-sanitizer")
@@ -136,10 +137,15 @@ def run_once(function, cases):
 
 def _run_on_emulator(function, cases):
     """In a worker posing as a GPU (:data:`EMULATOR_RUNS`): build the inputs, run the student's function once
-    on the emulator; any finding of its launches fails the check (:func:`~.runtime.run_on_emulator`)."""
+    on the emulator; any finding of its launches fails the check (:func:`~.runtime.run_on_emulator`).  The
+    emulator's findings are where its launches ran: all of it runs in the student process."""
+    (request,) = cases
+    return in_student(_emulated_once, function, request)
+
+
+def _emulated_once(function, request):
     import importlib
 
-    (request,) = cases
     module, name = request["inputs"].split(":")
     make_inputs = getattr(importlib.import_module(module), name)
 

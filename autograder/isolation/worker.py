@@ -7,7 +7,7 @@ friends before any student code exists), install the guard, and only then unpick
 student's objects.
 
 The reply line starts with a nonce that only the grader and this process know.  In a CPU check this process is a
-judge: it forks the student process (:mod:`autograder.isolation.student_process`) before it reads the nonce, and
+judge: it forks the student process (:mod:`autograder.checks.student_process`) before it reads the nonce, and
 no student code ever runs here.  In a GPU check student code runs here (student code may not reach frames or the
 garbage collector); the line is encoded with C functions bound before student code ran: a student who writes a
 forged verdict to the output, or patches ``json``, does not pass.
@@ -199,7 +199,7 @@ def _dumpable(dumpable: bool) -> None:
 
 def _prepare(request: dict, reply_fd: int, token: str):
     """The grader's part before any student code: output files, the check, limits, the guard (or, for a check
-    judged apart from the student's code, :mod:`autograder.isolation.student_process` to start it).
+    judged apart from the student's code, :mod:`autograder.checks.student_process` to start it).
 
     Descriptor 2 is the grader's output file (the student's prints, warnings, a crash's last words: the grader
     quotes its end when no verdict comes); descriptor 1 becomes it too, the reply keeps ``reply_fd``."""
@@ -220,7 +220,7 @@ def _prepare(request: dict, reply_fd: int, token: str):
     _install_guard(guard, check, request)  # inherited by the student process (the guard restricts nothing before
     judge = None                           # student code has run, so that process still sets itself up)
     if check.judged_apart:
-        from . import student_process as judge
+        from ..checks import student_process as judge
     _line(reply_fd, token, STAGE + "guard")
     return check, guard, (CheckFailed, GraderFault, shorten), judge
 
@@ -242,7 +242,8 @@ def serve(control_fd: int) -> None:
     in its own session, and its exit status once it is reaped.
     """
     _die_with_parent()
-    from . import guard, student_process  # noqa: F401 - imported once, here: numpy, the guard's snapshot, socket
+    from . import guard  # noqa: F401 - imported once, here: numpy, the guard's snapshot
+    from ..checks import student_process  # noqa: F401 - and socket: a child judges with it
     from ..checks.core import get_check
 
     before = set(sys.modules)

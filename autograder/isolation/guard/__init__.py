@@ -3,7 +3,7 @@
 Student code runs in two places while a notebook is graded:
 
 * **the check worker** (:mod:`autograder.isolation.worker`), or for a CPU check the student process it forks
-  (:mod:`autograder.isolation.student_process`, which inherits this guard): the student's objects are unpickled
+  (:mod:`autograder.checks.student_process`, which inherits this guard): the student's objects are unpickled
   and called by a check.  :func:`install` adds an audit hook (PEP 578) and :func:`student_code` marks the
   stretches where student code runs.  There, and in any thread the student started, the hook
   refuses to read notebooks, the instructor's ``solutions/`` / ``source/`` and the gradebook; to

@@ -19,7 +19,7 @@ from ...checks import reference
 from ...checks.core import CheckFailed, call_student, check, describe_case, plural
 from ...checks.mistakes import failure, first_match, identify
 from ...checks.scalars import expect_number, fmt, is_number
-from ...isolation.student_process import in_student, transferable
+from ...checks.student_process import in_student, transferable
 
 #: name -> (dense bf16 tensor-core peak, FLOP/s; HBM bandwidth, bytes/s), NVIDIA datasheets.
 GPUS = {

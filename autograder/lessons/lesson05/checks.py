@@ -19,7 +19,7 @@ from ...checks.core import (CheckFailed, call_student, check, describe_case, req
                             require_unchanged)
 from ...checks.inputs import normal
 from ...checks.memory import Bound, MiB, measure_peak, peaks_within
-from ...isolation.student_process import in_student
+from ...checks.student_process import in_student
 from ...checks.mistakes import compare_or_name
 from .tracing import expected_tiles, observe_tiles
 

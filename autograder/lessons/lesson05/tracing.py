@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 import numpy.ma  # noqa: F401  NumPy imports it on first use with a subclass; load it before student code
 
-from ...isolation.student_process import transferable
+from ...checks.student_process import transferable
 
 SOURCES = ("Q", "K")
 

@@ -246,7 +246,7 @@ def in_student(runner, *args, **kwargs):
 
 def verify() -> str | None:
     """Judge: what the student process's guard found changed since the last call (None: nothing)."""
-    from . import guard
+    from ..isolation import guard
 
     found = _remote(guard.verify, (), {})
     return found if type(found) is str or found is None else "ответ проверки подменён"
@@ -300,7 +300,7 @@ def _remote(target, args: tuple, kwargs: dict, growth: dict | None = None):
 
 
 def _expect(frame: bytes) -> None:
-    from ..checks.core import CheckFailed
+    from .failures import CheckFailed
 
     if _receive_or_gone() != frame:
         raise CheckFailed("Процесс с вашим кодом нарушил порядок обмена с проверкой.")
@@ -328,7 +328,7 @@ def _memory_field(pid: int, name: str) -> int | None:
 
 
 def _receive_or_gone() -> bytes:
-    from ..checks.core import CheckFailed
+    from .failures import CheckFailed
 
     try:
         data = _receive(_JUDGE["socket"])
@@ -366,7 +366,7 @@ def _gone_message() -> str:
 
 
 def _answer(data: bytes, args: tuple = (), kwargs: dict | None = None):
-    from ..checks.core import CheckFailed
+    from .failures import CheckFailed
 
     try:
         answer = _FromStudent(io.BytesIO(data)).load()
@@ -427,8 +427,8 @@ def _rebuilt(name: str, text: str, where: str, builtin) -> BaseException:
 # --- the child -------------------------------------------------------------------------------------
 
 def _child(sock: socket.socket, payloads: list[bytes], judge: int) -> None:
-    from . import guard
-    from ..checks.core import CheckFailed, shorten
+    from ..isolation import guard
+    from .failures import CheckFailed, shorten
 
     _prctl(4, 1)  # PR_SET_DUMPABLE: the judge (its parent) reads this one's memory use
     _prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: it dies with the judge
@@ -514,8 +514,8 @@ def _plain_call(function, *args, **kwargs):
     catches its exceptions); an exception comes back to be raised again in the judge."""
     import traceback
 
-    from . import guard
-    from ..checks.core import _PACKAGE_DIR, CheckFailed
+    from ..isolation import guard
+    from .failures import _PACKAGE_DIR, CheckFailed
 
     try:
         with guard.student_code():
