@@ -309,6 +309,17 @@ def test_a_linked_notebook_is_not_graded_and_links_are_reported(graded):
         assert any(line.startswith(name + ":") and "не скопирована" in line for line in reported), reported
 
 
+def test_the_class_report_lists_what_a_submission_tried(graded):
+    """The forger's student process ended itself (os._exit) in every check it ran: its anomalies say so, by cell, and
+    the class summary of `course autograde` prints them; alice's say nothing of the kind."""
+    root, done, _ = graded
+    course = course_folder.load(root)
+    tried = [a for a in anomalies(course, LESSON, "forge_worker") if a.kind == "process_ended"]
+    assert tried and "test_" in tried[0].detail, anomalies(course, LESSON, "forge_worker")
+    assert not [a for a in anomalies(course, LESSON, "alice") if a.kind in ("process_ended", "tampering")]
+    assert "завершал процесс проверки" in done.stdout + done.stderr
+
+
 def test_grading_leaves_nothing_in_tmpdir(graded):
     _, _, left = graded
     assert not [name for name in left if not name.startswith("autograder-home-template")], left

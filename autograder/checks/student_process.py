@@ -356,7 +356,8 @@ def _gone_message() -> str:
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             what = {"SIGSEGV": ": обращение к недопустимой памяти (segfault)",
-                    "SIGKILL": ": процесс убит (скорее всего, не хватило памяти)",
+                    "SIGKILL": ": процесс убит (скорее всего, не хватило памяти: у работы есть и общий предел — на "
+                               "все её процессы и /tmp вместе)",
                     "SIGABRT": ": аварийное завершение (abort)"}.get(name, "")
             how = f" (сигнал {name}{what})"
         else:

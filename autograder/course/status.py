@@ -114,7 +114,36 @@ def anomalies(course, lesson: str, student: str) -> list[submission_module.Anoma
         cut = sum(1 for c in nb.cells for o in c.get("outputs", []) if OUTPUT_CUT_MIME in o.get("data", {}))
         if cut:
             found.append(submission_module.Anomaly("output_cut", f"обрезан слишком большой вывод ячеек: {cut}"))
+        found += attempts(nb)
     return found
+
+
+#: What a graded notebook's outputs say the submission's code tried: kind -> (the words its verdicts carry, what
+#: the instructor reads).
+ATTEMPTS = {
+    "tampering": ("Нарушение правил проверки", "код нарушал правила проверки (guard)"),
+    "process_ended": ("Процесс с вашим кодом завершился", "код завершал процесс проверки (os._exit, сигнал)"),
+    "hidden_memory": ("в обход NumPy", "память выделялась в обход tracemalloc (mmap, ctypes)"),
+    "notebook_time_limit": ("время на проверку ноутбука", "истекло время на проверку ноутбука"),
+}
+
+
+def attempts(nb) -> list[submission_module.Anomaly]:
+    """What the submission's code tried, read from its graded notebook: one line per kind, with the cells it was in."""
+    found = []
+    for kind, (words, what) in ATTEMPTS.items():
+        cells = [c.metadata.get("nbgrader", {}).get("grade_id") or f"ячейка {i + 1}" for i, c in enumerate(nb.cells)
+                 if any(words in _output_text(o) for o in c.get("outputs", []))]
+        if cells:
+            found.append(submission_module.Anomaly(kind, f"{what}: {', '.join(cells[:5])}"
+                                                         + (f" и ещё {len(cells) - 5}" if len(cells) > 5 else "")))
+    return found
+
+
+def _output_text(output) -> str:
+    data = output.get("data", {})
+    return "\n".join(str(part) for part in (output.get("text", ""), output.get("evalue", ""),
+                                            data.get("text/plain", ""), data.get("text/markdown", "")))
 
 
 def pending(course: CourseFolder, submissions: list[Submission], force: bool = False) -> list[Submission]:

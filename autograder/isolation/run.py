@@ -413,10 +413,13 @@ def _parse_reply(check, returncode: int, nonce: str, stage_token: str, out: byte
             return CheckResult(check.id, check.title, check.points, False,
                                "Проверка вернула нечитаемый ответ (внутренняя ошибка проверки): "
                                + shorten(replies[-1], 300))
+    if returncode - 128 in (signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT):
+        returncode = 128 - returncode  # bubblewrap (and a shell) exit so when their child was killed by the signal
     if returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
         what = {"SIGSEGV": "обращение к недопустимой памяти (segfault)",
-                "SIGKILL": "процесс убит (скорее всего, не хватило памяти)",
+                "SIGKILL": "процесс убит (скорее всего, не хватило памяти: у работы есть и общий предел — "
+                           "на все её процессы и /tmp вместе)",
                 "SIGABRT": "аварийное завершение (abort)"}.get(name, "процесс завершён сигналом")
         message = f"Проверка упала: {what}, сигнал {name}. Ядро и остальные проверки не затронуты."
     else:

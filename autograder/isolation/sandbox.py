@@ -17,7 +17,9 @@ it.  What holds is the kernel's view of the machine, made with ``bwrap`` (Debian
 * new PID, IPC, UTS, cgroup, user and network namespaces (no network at all; the grader's processes
   invisible), ``--die-with-parent`` (a killed grader leaves nothing running), ``--new-session`` (no
   terminal to inject into);
-* GPU checks get the NVIDIA device nodes and nothing more.
+* GPU checks get the NVIDIA device nodes and nothing more;
+* where the grader may make one, all of a submission's sandboxes run in one cgroup (:mod:`autograder.isolation.cgroup`):
+  their memory together, the private ``/tmp`` included, and their processes, root's too, are capped.
 
 Data still flows the way it did: the student's objects and the verdicts through the worker protocol
 (:mod:`autograder.isolation.run`), the kernel's messages through jupyter_client's ``ipc`` transport (sockets in
@@ -35,6 +37,8 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+
+from . import cgroup as cgroup_module
 
 #: Folders every sandbox hides besides the course folders and the grader's home.
 ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run")
@@ -60,6 +64,7 @@ class Sandbox:
     submission: str | None = None         # the submission folder as the kernel sees it ...
     submission_copy: str | None = None    # ... backed by this private copy
     gpu: bool = False                     # the NVIDIA device nodes
+    cgroup: "cgroup_module.Group | None" = None  # the submission's cgroup: memory and processes as a whole
 
     def with_gpu(self, gpu: bool) -> "Sandbox":
         return dataclasses.replace(self, gpu=gpu)
@@ -180,7 +185,7 @@ def command(sandbox: Sandbox, argv: list[str], *, env: dict[str, str], cwd: str)
     args += ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
     for name, value in passed_environment(env).items():
         args += ["--setenv", name, value]
-    return [*args, "--chdir", cwd, "--", *argv]
+    return cgroup_module.enter(sandbox.cgroup, [*args, "--chdir", cwd, "--", *argv])
 
 
 def process_limit() -> int:

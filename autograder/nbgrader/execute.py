@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from jupyter_client.utils import ensure_async
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
@@ -34,6 +35,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer, List, TraitError, Unicode, validate
 
+from ..isolation import cgroup as cgroup_module
 from ..isolation import leftovers, run as isolation
 from ..isolation import sandbox as sandbox_module
 from ..checks import verdicts as verdicts_module
@@ -99,6 +101,23 @@ OUTPUT_CUT_MIME = "application/vnd.course-autograder.output-cut+json"
 
 OUTPUT_CUT = ("… вывод ячейки обрезан проверкой: больше {limit} КиБ. Большой вывод не нужен для оценки; "
               "печатайте меньше.")
+
+#: Outputs the whole notebook may leave (the feedback HTML is made from them), bytes of text/data.
+MAX_NOTEBOOK_OUTPUT_BYTES = 8 * 1024 * 1024
+
+NOTEBOOK_OUTPUT_CUT = ("… вывод ячейки отброшен проверкой: у всего ноутбука больше {limit} КиБ вывода. Большой вывод "
+                       "не нужен для оценки; печатайте меньше.")
+
+#: The longest a notebook may be graded for, seconds: its cells and its checks together.
+NOTEBOOK_TIME_LIMIT_S = 1800.0
+
+NOTEBOOK_TIME_UP = ("Ячейка не выполнялась: время на проверку ноутбука ({limit:g} с) истекло — её ячейки и "
+                    "проверки вместе шли дольше. Скорее всего, где-то бесконечный цикл или очень медленный код: "
+                    "найдите его (Validate, make test) и сдайте работу заново.")
+
+NOTEBOOK_TIME_UP_CHECK = ("Проверка не запускалась: время на проверку ноутбука ({limit:g} с) истекло — его ячейки и "
+                          "проверки вместе шли дольше. Скорее всего, где-то бесконечный цикл или очень медленный "
+                          "код: найдите его (Validate, make test) и сдайте работу заново.")
 
 
 KERNEL_DIED = ("Ядро Python завершилось во время этой ячейки (os._exit, segfault или нехватка памяти). "
@@ -199,6 +218,29 @@ class IsolatedExecute(Execute):
                                     "arrives, with one note saying so."
     ).tag(config=True)
 
+    max_notebook_output_bytes = Integer(
+        MAX_NOTEBOOK_OUTPUT_BYTES, help="Bytes of output the whole notebook may keep (its feedback is made from "
+                                        "them); the rest is dropped as it arrives, with one note saying so."
+    ).tag(config=True)
+
+    notebook_time_limit = Float(
+        NOTEBOOK_TIME_LIMIT_S, allow_none=True,
+        help="Seconds one notebook may be graded for, its cells and its checks together: past it no cell runs and "
+             "no check starts (each says so and scores 0), and a check started before it gets only what is left. "
+             "None: no limit."
+    ).tag(config=True)
+
+    sandbox_memory_gib = Float(
+        cgroup_module.MEMORY_GIB,
+        help="Memory of one submission's sandboxes together (its kernel, its checks, their private /tmp), GiB: where "
+             "a cgroup can be made (autograder/isolation/cgroup.py), a process over it is killed."
+    ).tag(config=True)
+
+    sandbox_processes = Integer(
+        cgroup_module.PROCESSES,
+        help="Processes and threads of one submission's sandboxes together, root's too (where a cgroup can be made)."
+    ).tag(config=True)
+
     max_kernel_restarts = Integer(
         10, help="Restarts of a dead or stuck kernel per notebook; after that the cells that "
                  "had run are no longer replayed into the new kernel."
@@ -250,6 +292,7 @@ class IsolatedExecute(Execute):
         # check's only a folder of its own inside the third): nothing the kernel writes reaches a check, nothing a
         # check writes (the hidden checks' inputs) reaches the kernel, and no reply of a check is in either.
         scratch, checks = os.path.join(owned.name, "kernel"), os.path.join(owned.name, "checks")
+        group = None
         try:
             os.mkdir(scratch, 0o700)
             os.mkdir(checks, 0o700)
@@ -258,15 +301,24 @@ class IsolatedExecute(Execute):
             self._scratch = scratch
             self._kernel_start_dir = os.path.join(scratch, "start")
             os.mkdir(self._kernel_start_dir)
-            self._box = self._make_sandbox(nb, scratch, os.path.join(owned.name, "submission")) if use_sandbox \
-                else None
+            if use_sandbox:
+                group = cgroup_module.create(int(self.sandbox_memory_gib * 2**30), self.sandbox_processes)
+                self._box = dataclasses.replace(self._make_sandbox(nb, scratch, os.path.join(owned.name, "submission")),
+                                                cgroup=group)
+            else:
+                self._box = None
             nb.metadata.setdefault("autograder", {})["sandbox"] = (sandbox_module.status()[1] if self._box
                                                                     else "off")
+            if self._box is not None:
+                nb.metadata["autograder"]["limits"] = (
+                    f"cgroup v{group.version}: {self.sandbox_memory_gib:g} ГиБ, {self.sandbox_processes} процессов"
+                    if group is not None else "без cgroup: " + cgroup_module.status()[1])
             checks_box = None if self._box is None else dataclasses.replace(
                 self._box, scratch=checks, submission=None, submission_copy=None)
             with isolation.sandboxed(checks_box):
                 return self._preprocess(nb, resources, km)
         finally:
+            cgroup_module.remove(group)  # what still runs in it is killed
             owned.cleanup()
 
     def _make_sandbox(self, nb, scratch: str, copy: str) -> "sandbox_module.Sandbox":
@@ -295,6 +347,8 @@ class IsolatedExecute(Execute):
 
     def _preprocess(self, nb, resources, km):
         self._output_bytes = {}  # cell index -> bytes of output received while it ran
+        self._notebook_output_bytes = 0
+        self._deadline = None if self.notebook_time_limit is None else time.monotonic() + self.notebook_time_limit
         self._completed = []  # indices of cells that ran to the end: replayed after a restart
         self._restarts = 0
         self._timed_out = False
@@ -344,6 +398,9 @@ class IsolatedExecute(Execute):
         if calls is None:
             return await self._execute_or_recover(cell, cell_index, execution_count, store_history)
 
+        if self._time_left() <= 0:
+            self._write_verdicts(cell, calls, [self._not_run_in_time(call) for call in calls])
+            return cell
         names = sorted({n for call in calls for n in call.names})
         with tempfile.TemporaryDirectory(prefix="autograder-export-", dir=self._scratch,
                                          ignore_cleanup_errors=True) as folder:
@@ -359,7 +416,9 @@ class IsolatedExecute(Execute):
         entries = []
         for call in calls:
             payloads = self._payloads(call, exported)
-            limit = self._time_limit(call)
+            if self._time_left() <= 0 and not isinstance(payloads, CheckResult):
+                payloads = self._not_run_in_time(call)
+            limit = max(1.0, min(self._time_limit(call), self._time_left()))
             run = (lambda payloads=payloads: payloads) if isinstance(payloads, CheckResult) else \
                 (lambda call=call, payloads=payloads, limit=limit: self._run(call, payloads, limit))
             digest = None if isinstance(payloads, CheckResult) else isolation.payload_digest(payloads)
@@ -378,12 +437,36 @@ class IsolatedExecute(Execute):
                               + faults[0].message.splitlines()[0])
         cell.outputs = verdict_outputs(results, [call.hidden for call in calls])
 
+    def _time_left(self) -> float:
+        return float("inf") if self._deadline is None else self._deadline - time.monotonic()
+
+    def _not_run_in_time(self, call: GradeCall) -> CheckResult:
+        check = get_check(call.check_id)
+        return CheckResult(call.check_id, check.title, check.points, False,
+                           NOTEBOOK_TIME_UP_CHECK.format(limit=self.notebook_time_limit))
+
     def output(self, outs, msg, display_id, cell_index):
-        """Keep a cell's outputs below ``max_output_bytes``: a cell printing gigabytes costs the
-        grader neither memory nor a huge graded notebook."""
+        """Keep a cell's outputs below ``max_output_bytes`` and the notebook's below ``max_notebook_output_bytes``:
+        a cell printing gigabytes, or a hundred cells printing a megabyte each, cost the grader neither memory nor a
+        huge graded notebook and feedback."""
         size = _message_size(msg)
         used = self._output_bytes.get(cell_index, 0)
         self._output_bytes[cell_index] = used + size
+        total = self._notebook_output_bytes
+        self._notebook_output_bytes = total + size
+        over = used + size > self.max_output_bytes or total + size > self.max_notebook_output_bytes
+        if over and msg.get("msg_type") == "error":  # an error is never dropped (nbgrader grades by it): shortened
+            content = msg.get("content", {})
+            outs.append(error_output(shorten(str(content.get("ename", "")), 200),
+                                     shorten(str(content.get("evalue", "")), 2000)))
+            return None
+        if total + size > self.max_notebook_output_bytes:
+            if total <= self.max_notebook_output_bytes:
+                limit = self.max_notebook_output_bytes // 1024
+                outs.append(NotebookNode(output_type="display_data", metadata={}, data={
+                    "text/plain": NOTEBOOK_OUTPUT_CUT.format(limit=limit),
+                    OUTPUT_CUT_MIME: {"limit_bytes": self.max_notebook_output_bytes, "notebook": True}}))
+            return None
         if used + size <= self.max_output_bytes:
             return super().output(outs, msg, display_id, cell_index)
         if used <= self.max_output_bytes:
@@ -399,9 +482,13 @@ class IsolatedExecute(Execute):
 
     async def _execute_or_recover(self, cell, cell_index, execution_count=None, store_history=True,
                                   remember=True):
-        """Run a cell; if the kernel dies or wedges, restart it and replay what had run."""
+        """Run a cell; if the kernel dies or wedges, restart it and replay what had run.  Past the notebook's time
+        limit a cell does not run."""
         self._timed_out = False
         self._output_bytes[cell_index] = 0
+        if cell.cell_type == "code" and self._time_left() <= 0:
+            cell.outputs = [error_output("NotebookTimeLimit", NOTEBOOK_TIME_UP.format(limit=self.notebook_time_limit))]
+            return cell
         try:
             await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except (DeadKernelError, CellTimeoutError) as error:

@@ -41,7 +41,9 @@ class Anomaly:
     """Something in a submission the instructor should know of (its grade may or may not change)."""
 
     kind: str    # "extra_file", "shadowing_file", "restored_cell", "edited_cell", "duplicate_cell",
-                 # "unknown_grade_cell", "invalid_notebook", "output_cut", "link"
+                 # "unknown_grade_cell", "invalid_notebook", "output_cut", "link", and what its code tried
+                 # (autograder/course/status.py ATTEMPTS): "tampering", "process_ended", "hidden_memory",
+                 # "notebook_time_limit"
     detail: str  # the Russian sentence the instructor reads
 
     def __str__(self) -> str:
