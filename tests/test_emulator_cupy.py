@@ -101,7 +101,7 @@ def test_the_device_is_a_t4_unless_told_otherwise():
 def test_more_dynamic_shared_memory_than_the_gpu_has_is_refused():
     kernel = ecp.RawKernel(SCALE, "scale")
     kernel.max_dynamic_shared_size_bytes = 100 * 1024
-    with pytest.raises(ecp.EmulatedFault, match="max_dynamic_shared_size_bytes"):
+    with pytest.raises(ecp.CUDADriverError, match="CUDA_ERROR_INVALID_VALUE(?s:.*)max_dynamic_shared_size_bytes"):
         kernel((1,), (1,), (ecp.zeros(1, ecp.float32), ecp.zeros(1, ecp.float32), np.float32(1), np.int32(1)))
 
 
@@ -110,7 +110,7 @@ def test_events_record_but_time_is_not_measured():
     start.record()
     end.record()
     end.synchronize()
-    with pytest.raises(NotImplementedError, match="время на эмуляторе GPU не измеряется"):
+    with pytest.raises(ecp.NotEmulated, match="время на эмуляторе GPU не измеряется"):
         ecp.cuda.get_elapsed_time(start, end)
 
 
@@ -258,3 +258,54 @@ def test_a_source_is_compiled_once_per_process_however_many_kernel_objects_a_wra
         ecp.RawKernel(SCALE, "scale")((1,), (8,), (x, y, np.float32(2), np.int32(8)))
     ecp.RawKernel(SCALE, "scale", options=("-DUNUSED=1",))((1,), (8,), (x, y, np.float32(2), np.int32(8)))
     assert len(made) == 2 and y.get().tolist() == [2.0] * 8
+
+
+# --- what the stand-in cannot run is not gradable here, never a 0 (issue 59) --------------------------------
+
+def test_what_the_stand_in_cannot_run_is_reported_as_not_gradable_never_as_a_failure():
+    from autograder.checks.core import CheckFailed, call_student
+
+    def wrapper():
+        start = ecp.cuda.Event()
+        return ecp.cuda.get_elapsed_time(start, start)
+
+    with pytest.raises(CheckFailed, match="не проверено на случае c1: эмулятор GPU не поддерживает "
+                                          "cupy.cuda.get_elapsed_time(?s:.*)не ошибка в вашем коде") as failure:
+        call_student(wrapper, case="c1", what="обёртка")
+    assert failure.value.not_gradable is True
+    assert "выбросила исключение" not in str(failure.value)
+
+
+def test_a_gpu_check_on_the_emulator_that_meets_a_limitation_is_a_grader_fault():
+    """Through the real worker: the check is left ungraded (a grader fault, run again, then reported as not
+    graded), not scored 0; a GPU grader would grade it."""
+    from autograder.gpu import runtime
+    from autograder.lessons.lesson06 import checks  # noqa: F401 - registers lesson06.*
+    from autograder.notebook import run
+
+    if runtime.gpu_status()[0]:
+        pytest.skip("a GPU grades it: the stand-in is not used")
+    namespace = {"np": np}
+    exec("def scale_add_gpu(a, x, y):\n"
+         "    import cupy as cp\n"
+         "    event = cp.cuda.Event()\n"
+         "    cp.cuda.get_elapsed_time(event, event)\n"
+         "    return a * x + y\n", namespace)
+    result = run("lesson06.scale_add", namespace["scale_add_gpu"])
+    assert result.grader_fault and not result.passed, result.message
+    assert "не поддерживает cupy.cuda.get_elapsed_time" in result.message
+
+
+def test_the_worker_believes_not_gradable_only_from_the_stand_in():
+    """A student process could claim «not gradable» for any failure; only a check running on the stand-in believes
+    it (a GPU grader, or a CPU check, never does)."""
+    from autograder.isolation import worker
+
+    was = ecp.ACTIVE
+    try:
+        ecp.ACTIVE = False
+        assert worker._on_the_gpu_stand_in() is False
+        ecp.ACTIVE = True
+        assert worker._on_the_gpu_stand_in() is True
+    finally:
+        ecp.ACTIVE = was

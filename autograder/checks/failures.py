@@ -22,6 +22,16 @@ class CheckFailed(AssertionError):
         return [f"Проверка не пройдена: {self}"]
 
 
+def restated(failure: CheckFailed, text: str) -> CheckFailed:
+    """``failure`` with the message ``text`` (a layer that adds to a failure's words): what it says about the
+    failure besides its words (a mistake's name, a stub left alone, not gradable here) is kept."""
+    again = CheckFailed(text)
+    for name in ("mistake", "not_started", "not_gradable"):
+        if hasattr(failure, name):
+            setattr(again, name, getattr(failure, name))
+    return again
+
+
 class GraderFault(Exception):
     """The grader itself could not run part of a check (e.g. the run under compute-sanitizer was lost
     before the student's code started).  The worker reports it as a grader fault, not as a failure:

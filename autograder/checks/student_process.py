@@ -378,10 +378,11 @@ def _answer(data: bytes, args: tuple = (), kwargs: dict | None = None):
     if kind == "ok" and len(answer) == 3:
         _copy_back(answer[2], args, kwargs or {})
         return answer[1]
-    if kind == "failed" and len(answer) == 4 and type(answer[1]) is str:
+    if kind == "failed" and len(answer) == 5 and type(answer[1]) is str:
         failure = CheckFailed(answer[1])
         failure.mistake = answer[2] if type(answer[2]) is str else None
         failure.not_started = answer[3] is True
+        failure.not_gradable = answer[4] is True
         raise failure
     if kind == "raised" and len(answer) == 5 and all(type(part) is str for part in answer[1:4]):
         raise _rebuilt(*answer[1:])
@@ -495,7 +496,7 @@ def _warm_up() -> None:
 def _failed(failure) -> tuple:
     mistake = getattr(failure, "mistake", None)
     return ("failed", str(failure), mistake if type(mistake) is str else None,
-            getattr(failure, "not_started", False) is True)
+            getattr(failure, "not_started", False) is True, getattr(failure, "not_gradable", False) is True)
 
 
 def _reply_bytes(answer: tuple) -> bytes:

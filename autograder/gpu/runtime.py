@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from ..checks.core import CheckFailed, call_student, check, describe_case, get_check, shorten
+from ..checks.failures import restated
 from .allocations import AllocationSizes
 
 try:  # imported before any student code runs (the worker imports the check module first)
@@ -130,8 +131,8 @@ def stand_in(device: str = "T4"):
     def plain_call(function, *args, case: str, what: str, **kwargs):
         try:
             return call_student(function, *args, case=case, what=what, **kwargs)
-        except CheckFailed as failure:
-            raise CheckFailed(f"{failure} ({emulated_cupy.EMULATED})") from None
+        except CheckFailed as failure:  # the same reason for a CUDA error as on a GPU (run_student)
+            raise restated(failure, f"{failure}{_explain_cuda(str(failure))} ({emulated_cupy.EMULATED})") from None
 
     here = sys.modules[__name__]
     replaced = {"_cp": emulated_cupy, "device": emulated_cupy._device, "run_student": plain_call,
@@ -190,8 +191,13 @@ def run_on_emulator(function, *args, **kwargs) -> str:
         try:
             detail = function(*args, **kwargs)
         except CheckFailed as failure:
-            text = str(failure)
-            raise CheckFailed(text if mark in text else f"{text} ({mark})") from None
+            text, found = str(failure), emulated_cupy.findings()
+            if found:  # what the emulator saw in the kernel names the defect; the failure, a symptom of it
+                text = emulated_cupy.findings_message(found, then_failed=text.replace(f" ({mark})", ""))
+            again = restated(failure, text if mark in text else f"{text} ({mark})")
+            if found:
+                again.mistake = None  # the finding is the hint, not the generic mistake the values resemble
+            raise again from None
         except emulated_cupy.EmulatedFault as fault:
             raise CheckFailed(f"{fault} ({mark})") from None
         found = emulated_cupy.findings()
@@ -315,13 +321,17 @@ _CUDA_ERRORS = {
                           "кратному 16 байтам — проверьте D % 4 == 0 и выравнивание указателя",
     "MisalignedAddress": "невыровненный доступ (misaligned address): float4 можно читать только по адресу, "
                          "кратному 16 байтам — проверьте D % 4 == 0 и выравнивание указателя",
-    "INVALID_VALUE": "неверные параметры запуска: размер блока не больше 1024 потоков, grid не пустой, "
-                     "shared_mem не больше допустимого",
-    "InvalidValue": "неверные параметры запуска: размер блока не больше 1024 потоков, grid не пустой, "
-                    "shared_mem не больше допустимого",
+    "INVALID_VALUE": "неверные параметры запуска: в блоке не больше 1024 потоков (по z не больше 64), в сетке "
+                     "по y и z не больше 65535 блоков, shared_mem не больше допустимого (больше 48 КиБ — только после "
+                     "kernel.max_dynamic_shared_size_bytes = ...)",
+    "InvalidValue": "неверные параметры запуска: в блоке не больше 1024 потоков (по z не больше 64), в сетке "
+                    "по y и z не больше 65535 блоков, shared_mem не больше допустимого (больше 48 КиБ — только после "
+                    "kernel.max_dynamic_shared_size_bytes = ...)",
     "LAUNCH_OUT_OF_RESOURCES": "не хватает регистров или разделяемой памяти для такого блока: уменьшите "
                                "число потоков в блоке или используйте __launch_bounds__",
     "CompileException": "ядро не компилируется: посмотрите на проверку компиляции выше",
+    "Unsupported type": "в ядро CuPy передаёт только массивы CuPy (cp.asarray), числа NumPy (np.float32(a), "
+                        "np.int32(n)) и числа Python; массив NumPy сначала перенесите на GPU: cp.asarray(x)",
 }
 
 
@@ -342,7 +352,7 @@ def run_student(function, *args, case: str, what: str, **kwargs):
         try:
             result = call_student(function, *args, case=case, what=what, **kwargs)
         except CheckFailed as failure:
-            raise CheckFailed(f"{failure}{_explain_cuda(str(failure))}") from None
+            raise restated(failure, f"{failure}{_explain_cuda(str(failure))}") from None
     try:
         _cp.cuda.Device().synchronize()
     except Exception as error:  # the kernel faulted after the call returned

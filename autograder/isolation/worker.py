@@ -47,6 +47,13 @@ def _line(fd: int, nonce: str, text: str) -> None:
     _write(fd, ("\n%s %s\n" % (nonce, text)).encode("ascii"))
 
 
+def _on_the_gpu_stand_in() -> bool:
+    """Whether this check's GPU code runs on the CuPy stand-in (``autograder.gpu.emulated_cupy``): read, not
+    imported (a CPU check has none)."""
+    stand_in = sys.modules.get("autograder.gpu.emulated_cupy")
+    return getattr(stand_in, "ACTIVE", False) is True
+
+
 def _reply(fd: int, nonce: str, passed: bool, message: str, mistake, not_started=False,
            grader_fault=False, show_output=False) -> None:
     text = ('{"passed": %s, "message": %s, "mistake": %s, "not_started": %s, "grader_fault": %s, '
@@ -123,6 +130,10 @@ def main() -> None:
     except CheckFailed as failure:
         message, mistake = str(failure), getattr(failure, "mistake", None)
         not_started = getattr(failure, "not_started", False) is True
+        # What this grader cannot run (the GPU stand-in lacks it) is not gradable here: a grader fault, never a 0.
+        # Believed only while the stand-in runs the check: a GPU grader never takes it from the student process
+        # (which could claim it falsely); on the emulator a false claim leaves its check ungraded, never passed.
+        fault = getattr(failure, "not_gradable", False) is True and _on_the_gpu_stand_in()
         show_output = getattr(failure, "show_output", False) is True  # the student process ended: its last words
     except MemoryError:
         message = "Проверка исчерпала лимит памяти (MemoryError)."

@@ -111,7 +111,8 @@ def launch(ptx: str, kernel: str, grid, block, args: list, shared_bytes: int = 0
     ``args`` follow the kernel's parameters: NumPy arrays are pointers into device buffers, as CuPy passes them
     (a view points into the array it views, so views of one array share one buffer and a non-contiguous view is
     read in its base's memory order: ``memory.allocation_of``; each buffer is copied in, and after the run copied
-    back), numbers are passed as the parameter's PTX type.  ``shared_bytes`` is
+    back), numbers are converted to the parameter's PTX type, ``bytes`` are the bytes the driver reads (padded
+    with zeros to the parameter's size, or cut to it: how CuPy passes a scalar, ``emulated_cupy.marshalled``).  ``shared_bytes`` is
     the dynamic shared memory per block; ``lanes`` caps the threads emulated at once (whole blocks; default
     :data:`machine.LANES`); ``contract`` runs a ``mul.f32`` whose only use is the next ``add.f32``/``sub.f32`` as one
     FMA, as ptxas does (``program.contractions``); ``fuse`` runs straight stretches of f32 arithmetic and shared

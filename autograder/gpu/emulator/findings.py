@@ -7,6 +7,7 @@ branch on.  Kinds:
 * ``global_oob`` / ``shared_oob`` / ``local_oob`` — an access outside the allocation it points into (run stops);
 * ``misaligned`` — an address not a multiple of the access size (run stops, as on the GPU);
 * ``race`` — two threads of one block touch one shared byte between two barriers, at least one writes;
+* ``warp_race`` — the same, both threads of one warp, with no ``__syncwarp()`` between the accesses;
 * ``global_race`` — two threads write different values to one global address without an atomic;
 * ``cp_async_pending`` — a read of shared bytes a ``cp.async`` has not delivered yet (no wait before it);
 * ``uninitialized_shared`` — a read of shared memory no thread wrote (the GPU holds garbage there);

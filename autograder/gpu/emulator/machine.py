@@ -231,10 +231,12 @@ class Machine:
                 if p.type not in ("u64", "b64", "s64"):
                     raise TypeError(f"argument {i}: an array passed for a .{p.type} parameter")
                 raw = np.array(address[i], dtype=np.uint64).tobytes()
+            elif isinstance(a, (bytes, bytearray)):
+                # The bytes the driver reads from where the argument is stored, as CuPy passes a scalar (its own
+                # size, whatever the parameter's): past them the storage holds zeros.
+                raw = (bytes(a) + bytes(p.size))[:p.size]
             elif p.type == "bytes":
-                raw = bytes(a)
-                if len(raw) != p.size:
-                    raise TypeError(f"argument {i}: {p.size} bytes expected")
+                raise TypeError(f"argument {i}: {p.size} bytes expected")
             else:
                 if isinstance(a, (bool, np.bool_)):
                     a = int(a)
@@ -755,8 +757,13 @@ class Machine:
         what = {"raw": (f"читает {where}, а {who} записал его{other_line}"),
                 "war": (f"пишет в {where}, а {who} читал его{other_line}"),
                 "waw": (f"пишет в {where}, а {who} тоже пишет туда{other_line}")}[kind]
+        if other is not None and (int(lane) % self.Tp) // 32 == other // 32:  # both threads of one warp
+            self.fault("warp_race", f"гонка в разделяемой памяти внутри одного варпа: поток {what} без "
+                       "__syncwarp() между этими доступами; порядок доступов потоков варпа к памяти не определён, "
+                       "даже если они идут в ногу", lane, ins, count)
+            return
         self.fault("race", f"гонка в разделяемой памяти: поток {what} в том же промежутке между барьерами; "
-                   "порядок этих доступов не определён (нужен __syncthreads() или __syncwarp() между ними)",
+                   "порядок этих доступов не определён (нужен __syncthreads() между ними)",
                    lane, ins, count)
 
     # --- warps ----------------------------------------------------------------------------------

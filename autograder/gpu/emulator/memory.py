@@ -79,6 +79,14 @@ def _bytes_of(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
+def _first_across_warps(race, other, this) -> int:
+    """The first racing access of ``race`` whose two threads (ids + 1 in ``other`` and ``this``) are in different
+    warps, else the first one: a race across warps needs ``__syncthreads()``, one inside a warp ``__syncwarp()``,
+    and the finding names the stronger need."""
+    across = race & (((other - 1) >> 5) != ((this - 1) >> 5))
+    return int(np.flatnonzero(across if across.any() else race)[0])
+
+
 class GlobalArena:
     """The kernel's allocations (:func:`allocation_of` of its array arguments, each once), each its own block of
     memory; bytes outside every allocation do not exist.  ``positions[k]`` is the first argument pointing into
@@ -192,6 +200,10 @@ class SharedMemory:
         self.reader = np.zeros(n, dtype=np.int64)
         self.writer_pc = np.zeros(n, dtype=np.int32)
         self.reader_pc = np.zeros(n, dtype=np.int32)
+        # Per granule, the latest warp-sync count (with the epoch, as in a key, thread bits 0) of the reads by
+        # threads other than the summarised reader: a thread that reads and then writes its own element may write
+        # once the others' reads are ordered before its __syncwarp() (a warp-synchronous reduction).
+        self.others = np.zeros(n, dtype=np.int64)
         self.epoch = np.ones(blocks, dtype=np.int64)
         self.reads: list = []  # reads not yet in the readers' summary (track_read), and their granule count
         self.queued = 0
@@ -247,7 +259,7 @@ class SharedMemory:
                                                                ((Ws >> WEP_SHIFT) & WEP_MASK))
             race = (wt != t1) & ~ordered
             if race.any():
-                j = int(np.flatnonzero(race)[0])
+                j = _first_across_warps(race, wt, t1)
                 i = s[j]
                 problems.append(("raw", int(i // n), int(wt[j] - 1), int(self.writer_pc[b[i]]),
                                  self._byte(b[i], slot[i // n]), int(race.sum())))
@@ -300,6 +312,9 @@ class SharedMemory:
             s = np.flatnonzero(sameR)
             Rs = R[s]
             rt = Rs & TID_MASK
+            before = s[rt != t1[s]]  # the summarised reader was another thread: it joins the others
+            if len(before):
+                self._note_others(b[before], R[before], ep[before] if np.ndim(ep) else ep)
             multi = (rt != t1[s]) | ((Rs & MULTI) != 0)
             mixed = (((rt - 1) >> 5) != ((t1[s] - 1) >> 5)) | ((Rs & MIXED) != 0)
             carry = np.where(multi, MULTI, 0) | np.where(mixed, MIXED, 0)
@@ -311,11 +326,19 @@ class SharedMemory:
             bt = back[s] & TID_MASK
             s = s[bt != t1[s]]
             if len(s):
+                self._note_others(b[s], key[s], ep[s] if np.ndim(ep) else ep)  # lanes of one read: each other's
                 bt = back[s] & TID_MASK
                 self.reader[b[s]] |= MULTI
                 mixed2 = ((bt - 1) >> 5) != ((t1[s] - 1) >> 5)
                 if mixed2.any():
                     self.reader[b[s[mixed2]]] |= MIXED
+
+    def _note_others(self, granules, keys, ep) -> None:
+        """Granules ``granules`` were read by other threads than their summarised reader, with ``keys``."""
+        stamp = keys & ~np.int64(TID_MASK | MULTI | MIXED)
+        current = self.others[granules]
+        self.others[granules] = np.where(current >= ep, current, 0)  # an older epoch's count is no count
+        np.maximum.at(self.others, granules, stamp)
 
     def track_write(self, slot, off, size, ep, key, pc):
         self.version += 1
@@ -335,7 +358,7 @@ class SharedMemory:
             ordered = (((wt - 1) >> 5) == ((t1[s] - 1) >> 5)) & (kw[s] > ((W[s] >> WEP_SHIFT) & WEP_MASK))
             waw = (wt != t1[s]) & ~ordered
             if waw.any():
-                j = int(np.flatnonzero(waw)[0])
+                j = _first_across_warps(waw, wt, t1[s])
                 i = s[j]
                 problems.append(("waw", int(lane[i]), int(wt[j] - 1), int(self.writer_pc[b[i]]),
                                  self._byte(b[i], slot[lane[i]]), int(waw.sum())))
@@ -345,13 +368,19 @@ class SharedMemory:
             s = np.flatnonzero(sameR)
             Rs = R[s]
             rt = Rs & TID_MASK
-            ordered = ((Rs & MIXED) == 0) & (((rt - 1) >> 5) == ((t1[s] - 1) >> 5)) & (
-                kw[s] > ((Rs >> WEP_SHIFT) & WEP_MASK))
+            others = self.others[b[s]]
+            others_wep = np.where(others >= ep[s] if np.ndim(ep) else others >= ep, (others >> WEP_SHIFT) & WEP_MASK, -1)
+            latest_wep = (Rs >> WEP_SHIFT) & WEP_MASK
+            # ordered: every other reader of this epoch is of the writer's warp and read before its last __syncwarp()
+            # (the writer's own read, when it is the summarised reader, orders nothing and needs nothing)
+            before_sync = np.where(rt == t1[s], kw[s] > others_wep, kw[s] > np.maximum(latest_wep, others_wep))
+            ordered = ((Rs & MIXED) == 0) & (((rt - 1) >> 5) == ((t1[s] - 1) >> 5)) & before_sync
             war = ((rt != t1[s]) | ((Rs & MULTI) != 0)) & ~ordered
             if war.any():
-                j = int(np.flatnonzero(war)[0])
+                mixed = (Rs & MIXED) != 0  # readers of several warps: the one summarised may not be the racing one
+                j = _first_across_warps(war, np.where(mixed, TID_MASK, rt), t1[s])
                 i = s[j]
-                other = int(rt[j] - 1) if rt[j] != t1[i] else None
+                other = int(rt[j] - 1) if rt[j] != t1[i] and not mixed[j] else None
                 problems.append(("war", int(lane[i]), other, int(self.reader_pc[b[i]]),
                                  self._byte(b[i], slot[lane[i]]), int(war.sum())))
         self.writer[b] = key
