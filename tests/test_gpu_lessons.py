@@ -200,6 +200,53 @@ def bank_06() -> list[Entry]:
               SA_GPU, says="illegal address"),
         Entry("scale_add_compile_error", {"scale_add_source": replace(sa_src, "out[i] = a * x[i] + y[i];", "out[i] = a * x[i] + y[i]")},
               SA_GPU | {SA_C}, says="строка"),
+        # Issue 59: code written as CuPy is used, not as the stand-in once accepted it; each must get one verdict on
+        # the GPU and on the laptop (benchmarks/gpu_banks_without_gpu.py)
+        Entry("scale_add_python_scalars", {"scale_add_gpu": replace(
+            sa_wrap, "(np.float32(a), x, y, out, np.int32(n))", "(float(a), x, y, out, n)")},
+              {SA, SA_B}),  # a float64's low half as the kernel's float a: garbage on both
+        Entry("scale_add_data_ptr", {"scale_add_gpu": replace(
+            sa_wrap, "(np.float32(a), x, y, out, np.int32(n))",
+            "(np.float32(a), x.data.ptr, y.data.ptr, out.data.ptr, np.int32(n))")}),
+        Entry("scale_add_contiguous_inputs_and_constants", {"scale_add_gpu": replace(
+            sa_wrap, "    n = x.size\n", "    x, y = cp.ascontiguousarray(x), cp.ascontiguousarray(y)  # no copy: already\n"
+                                      "    assert a not in (cp.inf, -cp.inf) and cp.pi > 3 and cp.newaxis is None\n"
+                                      "    n = x.size\n")}),
+        Entry("row_sums_warp_stage_in_shared_memory_without_syncwarp", row_sums((
+            "        float v = partial[threadIdx.x];\n"
+            "        for (int offset = 16; offset > 0; offset /= 2)\n"
+            "            v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
+            "        if (threadIdx.x == 0)\n"
+            "            out[t] = v;",
+            "        volatile float* p = partial;\n"
+            "        for (int offset = 16; offset > 0; offset /= 2)\n"
+            "            p[threadIdx.x] += p[threadIdx.x + offset];\n"
+            "        if (threadIdx.x == 0)\n"
+            "            out[t] = p[0];")),
+              may_lose=RS_GPU),  # right values on the H100; the emulator (the default bounds tool) finds the hazard
+        # inside one warp and says __syncwarp() (test_emulator_findings), racecheck does not see it; without a GPU the
+        # finding fails every check that ran the kernel (issue 59: one mapping from finding to check is still open)
+        Entry("row_sums_warp_stage_in_shared_memory_with_syncwarp", row_sums((
+            "        float v = partial[threadIdx.x];\n"
+            "        for (int offset = 16; offset > 0; offset /= 2)\n"
+            "            v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
+            "        if (threadIdx.x == 0)\n"
+            "            out[t] = v;",
+            "        for (int offset = 16; offset > 0; offset /= 2) {\n"
+            "            float other = partial[threadIdx.x + offset];\n"
+            "            __syncwarp();\n"
+            "            partial[threadIdx.x] += other;\n"
+            "            __syncwarp();\n"
+            "        }\n"
+            "        if (threadIdx.x == 0)\n"
+            "            out[t] = partial[0];"))),
+        Entry("row_sums_half_the_partials_stored", row_sums((
+            "    partial[threadIdx.x] = s;", "    if (threadIdx.x < 128) partial[threadIdx.x] = s;")),
+              {RS, RS_S}),  # the other half of partial[] is never written: garbage on the GPU
+        Entry("row_sums_early_return_before_the_barrier", row_sums((
+            "    float s = 0.0f;", "    if (threadIdx.x >= D) return;   // no work: but the barriers below wait\n"
+                                  "    float s = 0.0f;")),
+              may_lose={RS}),  # D < 256 (hidden cases): partial[D..255] unwritten: garbage on the H100, or not
         Entry("row_sums_missing_syncthreads", row_sums(barrier_dropped_after("partial[threadIdx.x] += partial[threadIdx.x + half];")),
               {RS_S}, may_lose=RS_GPU, says="в разделяемой памяти"),  # racecheck's and the emulator's words (AUTOGRADER_GPU_BOUNDS)
         Entry("row_sums_first_warp_only", row_sums(
