@@ -6,7 +6,7 @@ a GPU.
 
 Each entry's grade(...) calls, visible and hidden, run as a check's worker runs them without a GPU
 (``tests/emulated_banks.graded_losses``: the CuPy stand-in posing as the H200 the banks were proven on, the
-emulator's case sizes, any emulator finding failing its check, timed checks failing with «нужен GPU»), one entry
+emulator's case sizes, a fatal finding failing its check and the others the bounds-and-races check, timed checks failing with «нужен GPU»), one entry
 per process.  What the
 entry loses on a GPU is its bank's ``loses`` (tests/test_gpu_lessons.py, proven on the H200).  Per entry the
 JSON records both, whether they agree (``tests/emulated_banks.graded_disagreement``) and the seconds it took.

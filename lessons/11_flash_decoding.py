@@ -925,7 +925,8 @@ def paged_decode_gpu(q, k_pages, v_pages, block_table, lengths, num_splits=None)
 # %% [markdown]
 # Проверки GPU: совпадение с эталоном float64 на тех же трудных случаях (GQA, страницы 1/5/16, NaN в устаревших
 # слотах, общая страница, большие логиты), независимость от `num_splits`, отсутствие непрерывной копии кэша на
-# устройстве и скорость: байты KV в fp32 (4 байта на элемент, интенсивность G/2 — не bf16 раздела 1), которые требуют длины, делённые на время, — не меньше 50 % от копирования
+# устройстве, отсутствие выходов за границы, гонок и чтения неинициализированной памяти (эмулятор GPU смотрит каждое
+# обращение каждого потока; на GPU — он же или compute-sanitizer) и скорость: байты KV в fp32 (4 байта на элемент, интенсивность G/2 — не bf16 раздела 1), которые требуют длины, делённые на время, — не меньше 50 % от копирования
 # память→память на этом же GPU (B = 1 при L = 32768 и B = 8 при L = 8192, головы Qwen3-0.6B).
 
 # %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_equivalence", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -945,6 +946,13 @@ grade('lesson11.gpu_splits', paged_decode_gpu, cases=[{'B': 3, 'Hq': 4, 'Hkv': 4
 # %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade
 grade('lesson11.gpu_memory', paged_decode_gpu)
+
+# %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_bounds", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from autograder import grade
+grade('lesson11.gpu_bounds', paged_decode_gpu)
+### BEGIN HIDDEN TESTS
+grade('lesson11.gpu_bounds', paged_decode_gpu, cases=[{'B': 3, 'Hq': 8, 'Hkv': 1, 'd': 128, 'page_size': 16, 'lengths': [33, 1, 70], 'seed': 161}])
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_lesson11_gpu_speed", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from autograder import grade

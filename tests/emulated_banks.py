@@ -161,7 +161,7 @@ def disagreement(lesson: str, entry, calls: list[Call], checks=None) -> str | No
 def graded_losses(lesson: str, entry_name: str, *, hidden: bool = True, device: str = "H200") -> dict[str, str]:
     """check id -> its failure message, for every check the entry fails when graded on a machine without a GPU:
     its grade(...) calls (visible, and hidden unless not ``hidden``) in this process as a check's worker runs them
-    (:func:`autograder.gpu.runtime.run_check_on_emulator`: the emulator's case sizes, a finding fails the check; a
+    (:func:`autograder.gpu.runtime.run_check_on_emulator`: the emulator's case sizes, a fatal finding fails the check, the others the bounds-and-races check; a
     timed check fails with «нужен GPU»), the stand-in posing as ``device``.  The grader poses as a T4; here the
     H200 by default, the GPU the banks' verdicts were proven on: lesson 08's step-2 entry falls back to "step 1"
     (itself, in that entry) where a T4's 64 KiB of shared memory do not hold its d = 128 tiles, as a real T4 would."""

@@ -154,20 +154,29 @@ def test_device_allocations_count_new_arrays_not_views():
     assert nothing.total == 0 and nothing.largest == 0
 
 
-def test_a_check_that_ran_a_racy_kernel_fails_even_when_its_values_are_right():
-    """Lockstep hides the race in the values: the finding fails the check, says where and what to do, and that
-    it ran on the emulator."""
+def test_a_racy_kernel_fails_the_bounds_check_and_only_it_as_on_a_gpu():
+    """Lockstep hides the race in the values.  One mapping from finding to check, as on a GPU (where the emulator
+    is the bounds tool too): the bounds-and-races check (fail_on_findings) fails, says where and what to do; a value
+    check whose values are right passes and says what the emulator saw and which check counts it."""
     from autograder.checks.core import CheckFailed
+    from autograder.gpu.runtime import fail_on_findings
 
-    def check_body():
+    def values():
         x = ecp.asarray(np.arange(64, dtype=np.float32))
         y = ecp.empty(64, dtype=ecp.float32)
         ecp.RawKernel(RACE, "reverse_without_barrier")((1,), (64,), (x, y))
         assert y.get().tolist() == list(range(63, -1, -1))  # right, by the emulator's order of threads
         return "значения верны"
 
+    def bounds():
+        values()
+        fail_on_findings()
+        return "без гонок"
+
+    verdict = run_on_emulator(values)
+    assert verdict.startswith("значения верны") and "race" in verdict and "проверке границ и гонок" in verdict
     with pytest.raises(CheckFailed) as failure:
-        run_on_emulator(check_body)
+        run_on_emulator(bounds)
     text = str(failure.value)
     assert "Эмулятор GPU нашёл" in text and "__syncthreads()" in text and text.endswith(f"({ecp.EMULATED})")
     assert not ecp.ACTIVE  # the stand-in is put back

@@ -98,7 +98,8 @@ def test_the_gpu_part_makes_it_a_gpu_lesson_and_the_numpy_part_needs_none():
     checks = lesson_checks(LESSON)
     assert course.is_gpu_lesson(LESSON)
     gpu_run = {k for k, c in checks.items() if c.needs_gpu}
-    assert gpu_run == {"lesson11.gpu_equivalence", "lesson11.gpu_splits", "lesson11.gpu_memory", "lesson11.gpu_speed"}
+    assert gpu_run == {"lesson11.gpu_equivalence", "lesson11.gpu_splits", "lesson11.gpu_memory", "lesson11.gpu_bounds",
+                       "lesson11.gpu_speed"}
     assert all(checks[k].memory_limit_gib is None for k in gpu_run)
     assert not checks["lesson11.gpu_compiles"].needs_gpu
 
@@ -110,7 +111,8 @@ def test_without_a_gpu_the_run_checks_run_on_the_emulator_and_the_timed_one_says
     from autograder.gpu import runtime
     from autograder.notebook import run
 
-    for check_id in ("lesson11.gpu_equivalence", "lesson11.gpu_splits", "lesson11.gpu_memory", "lesson11.gpu_speed"):
+    for check_id in ("lesson11.gpu_equivalence", "lesson11.gpu_splits", "lesson11.gpu_memory", "lesson11.gpu_bounds",
+                     "lesson11.gpu_speed"):
         result = run(check_id, lambda *a, **k: None)
         assert not result.passed and result.score == 0, check_id
         if check_id == "lesson11.gpu_speed":

@@ -181,8 +181,15 @@ def use_emulator_posing_as(device: str) -> None:
 
 
 def run_on_emulator(function, *args, **kwargs) -> str:
-    """A GPU check's body on the stand-in (posing as a T4, unless it is in place already): its verdict, failed
-    when any launch had a finding (lockstep hides races in the values), every verdict saying it ran there."""
+    """A GPU check's body on the stand-in (posing as a T4, unless it is in place already): its verdict, every verdict
+    saying it ran there.
+
+    One mapping from finding to check, the same as on a GPU: a fatal finding (out of bounds, misaligned) stops the
+    kernel and fails the check that ran it, as a CUDA error does there; the others (races, reads of shared memory
+    nobody wrote, barriers some threads never reach) fail only the lesson's bounds-and-races check
+    (:func:`fail_on_findings`, called by ``sanitizer.sanitizer_verdict``), as the emulator, the bounds tool of a GPU
+    machine too, fails it there.  A check whose values were wrong says the findings first (they name the defect,
+    the values a symptom of it); one that passed says what the emulator saw and which check counts it."""
     from . import emulated_cupy
 
     mark = emulated_cupy.EMULATED
@@ -191,7 +198,8 @@ def run_on_emulator(function, *args, **kwargs) -> str:
         try:
             detail = function(*args, **kwargs)
         except CheckFailed as failure:
-            text, found = str(failure), emulated_cupy.findings()
+            text = str(failure)
+            found = [] if getattr(failure, "of_findings", False) else emulated_cupy.findings()
             if found:  # what the emulator saw in the kernel names the defect; the failure, a symptom of it
                 text = emulated_cupy.findings_message(found, then_failed=text.replace(f" ({mark})", ""))
             again = restated(failure, text if mark in text else f"{text} ({mark})")
@@ -202,8 +210,22 @@ def run_on_emulator(function, *args, **kwargs) -> str:
             raise CheckFailed(f"{fault} ({mark})") from None
         found = emulated_cupy.findings()
     if found:
-        raise CheckFailed(f"{emulated_cupy.findings_message(found)}\n({mark})")
+        kinds = ", ".join(dict.fromkeys(f.kind for f in found))
+        noted = f"{mark}; эмулятор заметил в ядре: {kinds} — это засчитывается в проверке границ и гонок"
+        return f"{detail} ({noted})" if detail else f"({noted})"
     return f"{detail} ({mark})" if detail else f"({mark})"
+
+
+def fail_on_findings() -> None:
+    """The bounds-and-races check on the stand-in: its launches' findings (since :func:`run_on_emulator` began)
+    fail it, each kind once, where and what to do (lockstep hides races in the values)."""
+    from . import emulated_cupy
+
+    found = emulated_cupy.findings()
+    if found:
+        failure = CheckFailed(emulated_cupy.findings_message(found))
+        failure.of_findings = True  # run_on_emulator: they are this failure, not a cause to put before it
+        raise failure
 
 
 def run_check_on_emulator(run, *args, **kwargs) -> str:
@@ -269,7 +291,8 @@ def gpu_check(check_id: str, *, points: float, title: str, timeout_s: float = 60
     """Register a check that runs kernels (no address-space cap).
 
     On a GPU it runs there.  Without one it runs on the PTX emulator (:func:`run_on_emulator`: the
-    stand-in posing as a T4, any launch's finding failing the check, each verdict saying so), except that a
+    stand-in posing as a T4, a fatal finding failing it, the others the lesson's bounds-and-races check; each verdict
+    saying so), except that a
     ``timed`` check fails (the emulator has no clock: 0 points, and why) and so does one with ``emulator=False``
     (a check that needs the GPU itself, such as compute-sanitizer's run) or with the emulator turned off (:data:`EMULATOR_ENV`): «нужен GPU»,
     never a pass.  ``emulator_cases(cases)``: the cases (the visible default or the hidden ones a test cell passes)

@@ -137,7 +137,7 @@ def run_once(function, cases):
 
 def _run_on_emulator(function, cases):
     """In a worker posing as a GPU (:data:`EMULATOR_RUNS`): build the inputs, run the student's function once
-    on the emulator; any finding of its launches fails the check (:func:`~.runtime.run_on_emulator`).  The
+    on the emulator; any finding of its launches fails the check (:func:`~.runtime.fail_on_findings`).  The
     emulator's findings are where its launches ran: all of it runs in the student process."""
     (request,) = cases
     return in_student(_emulated_once, function, request)
@@ -154,7 +154,9 @@ def _emulated_once(function, request):
         try:
             call_student(function, *args, case=describe_case(**request["case"]), what="функция")
         except CheckFailed as failure:  # its values passed on the GPU: the stand-in differs, not the kernel
+            gpu.fail_on_findings()  # findings and faults of a launch still fail
             return INCONCLUSIVE + str(failure)
+        gpu.fail_on_findings()
         return "выполнено"
 
     return gpu.run_on_emulator(once)
@@ -235,7 +237,8 @@ def sanitizer_verdict(function, inputs: str, cases, check_values, *, races: bool
     Returns the verdict's detail: "compute-sanitizer — memcheck: 0 ошибок, racecheck: 0 гонок".
 
     On the PTX emulator (no GPU) the cases run there instead: its bounds, race and initialisation checks look at
-    every access of every launch, and any finding fails the check (:func:`~.runtime.run_on_emulator`).  On a GPU
+    every access of every launch, and any finding fails this check (:func:`~.runtime.fail_on_findings`; the
+    lesson's other checks fail only on the fatal ones, as on a GPU: :func:`~.runtime.run_on_emulator`).  On a GPU
     with :data:`BOUNDS_ENV` = "emulator", the values run on the GPU and the bounds and races on the emulator, in a
     worker of its own (:func:`emulator_check`; compute-sanitizer where that run proves nothing)."""
     from .runtime import emulated
@@ -243,6 +246,7 @@ def sanitizer_verdict(function, inputs: str, cases, check_values, *, races: bool
     if emulated():
         for c in cases:
             check_values(c)
+        gpu.fail_on_findings()
         return ("эмулятор GPU вместо compute-sanitizer: ни одного обращения за границы, гонки в разделяемой "
                 "памяти или чтения неинициализированной памяти")
     # the emulator's run starts from the function packed before it ran here: nothing of this process's CuPy in it

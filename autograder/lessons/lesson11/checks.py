@@ -29,6 +29,7 @@ import numpy as np
 import numpy.random  # noqa: F401  loaded before student code runs: the guard refuses lazy imports after
 
 from ...gpu import runtime as gpu, nvrtc
+from ...gpu.sanitizer import sanitizer_verdict
 from ...checks.core import CheckFailed, call_student, check, describe_case, require_array
 from ...checks.core import tolerance as compare_tolerance
 from ...checks.memory import Bound, MiB, measure_peak, peaks_within
@@ -37,7 +38,7 @@ from ...checks.scalars import expect_number, fmt
 
 WHAT = "paged_decode"
 #: The checks of the GPU part (`course check` gives the NumPy part and the GPU part a subtotal each).
-GPU_PART = ("gpu_compiles", "gpu_equivalence", "gpu_splits", "gpu_memory", "gpu_speed")
+GPU_PART = ("gpu_compiles", "gpu_equivalence", "gpu_splits", "gpu_memory", "gpu_bounds", "gpu_speed")
 WHAT_GPU = "paged_decode_gpu"
 LARGE_TOLERANCE = 2e-3  # float32 logits of size ~100-800 carry absolute errors ~1e-5..1e-4
 
@@ -567,6 +568,21 @@ def gpu_memory(paged_decode_gpu, cases=GPU_MEMORY_CASES):
                 f"K и V этих последовательностей занимают {kv / MiB:.0f} МиБ ({case}).\nЯдро должно читать страницы "
                 "пула на месте, по таблице страниц, а не собирать кэш в непрерывный массив.")
     return f"выделено {seen.total / MiB:.2f} МиБ (копия K и V заняла бы {kv / MiB:.0f} МиБ)"
+
+
+BOUNDS_CASES = ({"B": 2, "Hq": 4, "Hkv": 2, "d": 64, "page_size": 5, "lengths": [23, 7], "seed": 22, "shared": True},)
+
+
+def bounds_inputs(**c):
+    """Arguments for the bounds-and-races run of one case (built in the process that runs it)."""
+    return tuple(gpu.device(a) for a in _inputs_of(c))
+
+
+@gpu.gpu_check("lesson11.gpu_bounds", points=1, timeout_s=150,
+               title="GPU: нет выходов за границы, гонок и чтения неинициализированной памяти")
+def gpu_bounds(paged_decode_gpu, cases=BOUNDS_CASES):
+    return sanitizer_verdict(paged_decode_gpu, f"{__name__}:bounds_inputs", cases,
+                             lambda c: _gpu_case(paged_decode_gpu, c, None), races=True)
 
 
 SPEED_SHARE = 0.5
