@@ -306,15 +306,25 @@ def test_a_gpu_check_on_the_emulator_that_meets_a_limitation_is_a_grader_fault()
 
 
 def test_the_worker_believes_not_gradable_only_from_the_stand_in():
-    """A student process could claim «not gradable» for any failure; only a check running on the stand-in believes
-    it (a GPU grader, or a CPU check, never does)."""
+    """A student process could claim «not gradable» for any failure; the worker believes it only where that process
+    said, before any student code existed there, that it runs the stand-in (runtime.prepare_gpu_check), or for a
+    run that poses the stand-in on purpose; never a GPU check on a GPU, nor a CPU check."""
+    from autograder.checks.core import get_check
+    from autograder.gpu import sanitizer
     from autograder.isolation import worker
 
-    was = ecp.ACTIVE
-    try:
-        ecp.ACTIVE = False
-        assert worker._on_the_gpu_stand_in() is False
-        ecp.ACTIVE = True
-        assert worker._on_the_gpu_stand_in() is True
-    finally:
-        ecp.ACTIVE = was
+    class Judge:
+        def __init__(self, facts):
+            self.facts = facts
+
+        def prepared(self):
+            return self.facts
+
+    gpu_check, cpu_check = get_check("lesson07.equivalence"), get_check("lesson02.equivalence")
+    posed = get_check(sanitizer.EMULATOR_RUNS["T4"])
+    on_stand_in, on_gpu = Judge((False, "GPU нет", True)), Judge((True, "NVIDIA H100", False))
+    assert worker._on_the_gpu_stand_in(gpu_check, on_stand_in) is True
+    assert worker._on_the_gpu_stand_in(gpu_check, on_gpu) is False
+    assert worker._on_the_gpu_stand_in(gpu_check, Judge(None)) is False
+    assert worker._on_the_gpu_stand_in(cpu_check, on_stand_in) is False
+    assert worker._on_the_gpu_stand_in(posed, Judge(None)) is True

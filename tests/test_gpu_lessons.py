@@ -883,14 +883,18 @@ def test_lesson11_numpy_checks_pass_the_reference_on_a_gpu_machine():
 def test_gpu_checks_are_forked_by_a_server_that_never_initialised_cuda():
     """A GPU check starts as a fork of a fork server (a new worker spent 1.25 s before its first kernel on the H200,
     benchmarks/results/gpu_grading_time.txt): the server imported CuPy and the lesson but never initialised CUDA, and
-    its children run the reference's kernels on the GPU, one after another, each with a CUDA context of its own."""
+    its children run the reference's kernels on the GPU, one after another, each with a CUDA context of its own: in
+    the student process each worker (the judge, which never initialises CUDA either) forks."""
     import cloudpickle
 
     from autograder.isolation import fork_server
 
     def reports_its_parent(*args, **kwargs):
         import os
-        raise ValueError(f"PARENT{os.getppid()}PARENT")
+        judge = os.getppid()
+        with open(f"/proc/{judge}/stat") as stat:
+            server = int(stat.read().rsplit(")", 1)[1].split()[1])
+        raise ValueError(f"PARENT{server}PARENT")
 
     result = run_check(EQ07, [cloudpickle.dumps(reports_its_parent)])
     server = fork_server.SERVER["server"]  # no sandbox here: one server for every check

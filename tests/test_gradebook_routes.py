@@ -1,7 +1,8 @@
 """Issue 53's routes to a forged verdict or a leak, each tried against a class graded by ``course autograde``.
 
 A lesson-02 class: an honest student with the reference answers (``alice``), an honest wrong one (``wrong``:
-``np.zeros_like``) and one attacker per route, graded with ``--workers 2`` and a TMPDIR outside ``/tmp`` (the
+``np.zeros_like``) and one attacker per route, graded by ``course autograde --workers 2`` and again serially by
+``nbgrader autograde``, each with a TMPDIR outside ``/tmp`` (the
 node-local scratch of a Slurm job: route 7), so every route is tried where the sandbox once showed more:
 
 1. ``forge_worker``: a wrong answer that reads its reply file back through ``/proc/self/fd``, signs a passing
@@ -38,7 +39,8 @@ import pytest
 from autograder.course import grading, nbgrader_cli
 from autograder.course import folder as course_folder
 from autograder.course.status import State, anomalies, status
-from autograder.isolation import sandbox
+from autograder.checks.core import get_check
+from autograder.isolation import sandbox, worker
 from autograder.isolation.run import pack_one, run_check
 from helpers import student, submission
 
@@ -236,9 +238,10 @@ def scores(root: Path, names: list[str]) -> dict[str, dict[str, float]]:
     return {s: {g.cell: g.score for g in grades} for s, grades in grading.read_grades(root, LESSON, names).items()}
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """The class, graded once by ``course autograde --workers 2`` with TMPDIR outside /tmp."""
+def _graded_class(tmp_path_factory, pipeline: str):
+    """The class, graded once with TMPDIR outside /tmp: by ``course autograde --workers 2`` (``pipeline`` "course")
+    or serially by ``nbgrader autograde`` ("nbgrader").  (root, the grading's CompletedProcess, what TMPDIR held
+    after it.)"""
     folder = tmp_path_factory.mktemp("routes")
     home = folder / "home"
     home.mkdir()
@@ -261,20 +264,39 @@ def graded(tmp_path_factory):
         batch = [sys.executable, "-m", "autograder.nbgrader.batch", "--scratch"]
         subprocess.run([*batch, json.dumps([["generate_assignment", LESSON, "--force"]])], cwd=root, env=env,
                        check=True, capture_output=True)
-        done = subprocess.run([str(Path(sys.executable).parent / "course"), "autograde", LESSON, "--workers", "2",
-                               "--force"], cwd=root, env=env, capture_output=True, text=True, timeout=1500)
+        command = ([str(Path(sys.executable).parent / "course"), "autograde", LESSON, "--workers", "2", "--force"]
+                   if pipeline == "course" else [*batch, json.dumps([["autograde", LESSON, "--force"]])])
+        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1500)
         left = sorted(os.listdir(node_tmp))
         yield root, done, left
     finally:
         shutil.rmtree(node_tmp, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """The class, graded once by ``course autograde --workers 2`` with TMPDIR outside /tmp."""
+    yield from _graded_class(tmp_path_factory, "course")
+
+
+@pytest.fixture(scope="module")
+def graded_serially(tmp_path_factory):
+    """The same class graded by ``nbgrader autograde`` (one notebook after another, one check at a time)."""
+    yield from _graded_class(tmp_path_factory, "nbgrader")
+
+
 pytestmark.append(pytest.mark.skipif(not sandbox.available(), reason="unreachable: see "
                                      "tests/test_sandbox_attacks.py::test_the_sandbox_is_available"))
 
 
-def test_no_route_earns_more_than_its_answers(graded):
-    root, done, _ = graded
+@pytest.fixture(params=["course", "nbgrader"])
+def either(request):
+    """The class as either pipeline graded it."""
+    return request.getfixturevalue("graded" if request.param == "course" else "graded_serially")
+
+
+def test_no_route_earns_more_than_its_answers(either):
+    root, done, _ = either
     graded_names = ["alice", "wrong", *attackers("/x")]
     got = scores(root, graded_names)
     full = got["alice"]
@@ -286,8 +308,8 @@ def test_no_route_earns_more_than_its_answers(graded):
         assert got[name] == full, f"{name}: {got[name]} != {full}"
 
 
-def test_no_output_shows_a_reply_a_hidden_call_an_input_or_a_linked_file(graded):
-    root, _, _ = graded
+def test_no_output_shows_a_reply_a_hidden_call_an_input_or_a_linked_file(either):
+    root, _, _ = either
     shown = {name: all_outputs(root, name) for name in attackers("/x")}
     assert "autograder-out-" not in shown["forge_kernel"]
     assert "HIDDEN CALLS SEEN: []" in shown["hidden_tests"], shown["hidden_tests"][:2000]
@@ -320,8 +342,8 @@ def test_the_class_report_lists_what_a_submission_tried(graded):
     assert "завершал процесс проверки" in done.stdout + done.stderr
 
 
-def test_grading_leaves_nothing_in_tmpdir(graded):
-    _, _, left = graded
+def test_grading_leaves_nothing_in_tmpdir(either):
+    _, _, left = either
     assert not [name for name in left if not name.startswith("autograder-home-template")], left
 
 
@@ -337,19 +359,51 @@ def test_a_worker_cannot_sign_a_verdict_with_what_it_reads_back(tmp_path):
 
 def test_a_student_process_finds_nothing_that_signs_in_its_memory_or_its_parents():
     """Route 1 through memory: the student's code reads all of its own memory and tries its parent's (the judge's)
-    memory; its own never held the nonce and the judge's does not open (the guard refuses it, and in a sandbox the
-    judge is not dumpable), so whatever it writes into the descriptors it reaches signs nothing: the check fails.
-    Control: a GPU check, whose student code still runs in the worker itself (here on the emulator), is forged by
-    the same payload — what the student process prevents, and the gap docs/developer.md names."""
+    memory; its own never held the nonce and the judge's does not open (the guard refuses it, and the judge is not
+    dumpable), so whatever it writes into the descriptors it reaches signs nothing: the check fails.  A GPU check
+    too (here on the emulator): its device and the student's wrapper are in the student process, the judge
+    compares the values it sends (autograder/gpu/judged.py)."""
     forger = student(FORGE_FROM_MEMORY + "def fused_rms_norm(x, w, eps=1e-6):\n    _forge()\n")
     result = run_check("lesson02.equivalence", [pack_one(forger)])
     assert not result.passed and not result.grader_fault, result
     assert "own memory yes, parent memory no" in result.message, result.message
 
-    control = student(FORGE_FROM_MEMORY + "def fused_rms_norm_gpu(x, w, eps=1e-6):\n    _forge()\n",
-                      "fused_rms_norm_gpu")
-    result = run_check("lesson07.equivalence", [pack_one(control)])
-    assert result.passed, result
+    on_gpu = student(FORGE_FROM_MEMORY + "def fused_rms_norm_gpu(x, w, eps=1e-6):\n    _forge()\n",
+                     "fused_rms_norm_gpu")
+    result = run_check("lesson07.equivalence", [pack_one(on_gpu)])
+    if worker.gpu_in_worker(get_check("lesson07.equivalence")):  # a GPU machine, the judged path not yet proven there
+        assert result.passed, result  # the gap docs/developer.md names
+        return
+    assert not result.passed and not result.grader_fault, result
+    assert "own memory yes, parent memory no" in result.message, result.message
+
+
+def test_a_gpu_check_runs_in_the_worker_only_on_a_gpu_until_judged_there(monkeypatch):
+    """worker.gpu_in_worker: without NVIDIA devices (laptops, CI, a CPU grading server) every GPU check is judged
+    apart; on a GPU, until AUTOGRADER_GPU_JUDGED=1, in the worker as before; a CPU check always apart."""
+    gpu_check, cpu_check = get_check("lesson07.equivalence"), get_check("lesson02.equivalence")
+    monkeypatch.delenv(worker.GPU_JUDGED_ENV, raising=False)
+    monkeypatch.setattr(sandbox, "gpu_devices", lambda: [])
+    assert not worker.gpu_in_worker(gpu_check) and not worker.gpu_in_worker(cpu_check)
+    monkeypatch.setattr(sandbox, "gpu_devices", lambda: ["/dev/nvidia0"])
+    assert worker.gpu_in_worker(gpu_check) and not worker.gpu_in_worker(cpu_check)
+    monkeypatch.setenv(worker.GPU_JUDGED_ENV, "1")
+    assert not worker.gpu_in_worker(gpu_check)
+
+
+def test_the_memory_forger_signs_where_the_nonce_is_in_its_process(tmp_path):
+    """Control for the test above: in a process that holds a nonce in its memory and its reply file open (what a
+    worker that ran student code beside its verdict was), the same payload finds the nonce and appends a verdict
+    signed with it."""
+    nonce = os.urandom(16).hex()
+    reply = tmp_path / "reply"
+    program = (FORGE_FROM_MEMORY + "\nheld = bytearray(%r.encode())\n" % nonce +
+               "reply = os.open(%r, os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n_forge()\n" % str(reply))
+    # through a shell, so that the parent whose descriptors the payload writes to is that shell, not this test run
+    done = subprocess.run(["sh", "-c", '"$0" -I -c "$1" & wait', sys.executable, program], capture_output=True,
+                          text=True, timeout=120)
+    assert "own memory yes" in done.stderr, done.stderr
+    assert f"\n{nonce} " + '{"passed": true' in reply.read_text(), reply.read_text()[:500]
 
 
 def test_memory_hidden_from_tracemalloc_is_counted():

@@ -121,11 +121,9 @@ def test_gpu_checks_in_a_sandbox_with_the_gpu_have_a_fork_server_of_their_own(tm
         pytest.skip("this machine has a GPU: tests/test_gpu_lessons.py forks its checks")
     monkeypatch.setattr(sandbox, "gpu_devices", lambda: ["/dev/null"])
 
-    def reports_its_parent(*args, **kwargs):
-        import os
-        raise ValueError(f"PARENT{os.getppid()}PARENT")
-
-    cpu_payload, gpu_payload = cloudpickle.dumps(student(REPORT_PARENT)), cloudpickle.dumps(reports_its_parent)
+    cpu_payload = cloudpickle.dumps(student(REPORT_PARENT))
+    gpu_payload = cloudpickle.dumps(student(REPORT_PARENT.replace("fused_rms_norm(", "fused_rms_norm_gpu("),
+                                            "fused_rms_norm_gpu"))
     box = sandbox.Sandbox(scratch=tempfile.mkdtemp(prefix="autograder-sandbox-", dir=tmp_path))
     with isolation.sandboxed(box):
         seen = []
@@ -141,7 +139,7 @@ def test_gpu_checks_in_a_sandbox_with_the_gpu_have_a_fork_server_of_their_own(tm
     assert all(server.dead() for server in servers.values()) and not fork_server.SERVER
 
 
-#: A CPU check's student code runs in a process its worker forked (autograder/checks/student_process.py): the
+#: A check's student code runs in a process its worker forked (autograder/checks/student_process.py): the
 #: worker's parent is what the check was started from.
 REPORT_PARENT = """
 def fused_rms_norm(x, w, eps=1e-6):

@@ -43,14 +43,9 @@ class Check:
     memory_limit_gib: float | None = 4.0  # None: no address-space cap (GPU checks)
     needs_gpu: bool = False
     bonus: bool = False  # optional: not in the maximum, its points are extra credit
-    #: Called in the check's worker before the student's objects are unpickled (a GPU check without a GPU: the
-    #: emulator's stand-in takes ``cupy``'s place, as in the notebook that sent them).
+    #: Called in the check's student process before the student's objects are unpickled there (a GPU check
+    #: without a GPU: the emulator's stand-in takes ``cupy``'s place, as in the notebook that sent them).
     before_payload: Callable[[], object] | None = None
-    @property
-    def judged_apart(self) -> bool:
-        """Whether the worker judges and a student process of its own runs the student's code
-        (autograder/checks/student_process.py): every CPU check; a GPU check still runs it in the worker."""
-        return not self.needs_gpu
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,7 @@ registry.
 """
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 #: The package's folder: frames from here are the grader's, left out of what a student's exception shows.
@@ -52,3 +53,22 @@ MAX_MESSAGE_CHARS = 1500
 def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     text = str(text)
     return text if len(text) <= limit else text[: limit - 40] + f"\n… (обрезано, всего {len(text)} символов)"
+
+
+#: What each signal that ends a check's process usually means, for the student.
+SIGNAL_MEANINGS = {
+    "SIGSEGV": "обращение к недопустимой памяти (segfault)",
+    "SIGKILL": "процесс убит (скорее всего, не хватило памяти: у работы есть и общий предел — на все её процессы "
+               "и /tmp вместе)",
+    "SIGABRT": "аварийное завершение (abort)",
+}
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; the number itself for one Python does not name."""
+    return signal.Signals(number).name if number in signal.Signals._value2member_map_ else str(number)
+
+
+def signal_meaning(name: str) -> str:
+    """What the signal ``name`` usually means (:data:`SIGNAL_MEANINGS`), else «процесс завершён сигналом»."""
+    return SIGNAL_MEANINGS.get(name, "процесс завершён сигналом")

@@ -16,9 +16,15 @@ over a socket pair:
   exact builtins, plain ndarrays, numpy scalars and dtypes, the grader's :func:`transferable` records — and
   handles; whatever else the student's code returns stays in the child and comes back as a handle.
 
-The child can lie about anything it sends; it cannot make the judge believe more than data.  What the
+Before that the child sends one frame the judge may believe: ``("prepared", error, facts)``, what the check's
+``before_payload`` and the worker's set-up gave (a GPU check: is there a GPU or the emulator's stand-in), written
+before any student code exists in the child; it unpickles the student's objects only after the judge's ``go``.
+
+The child can lie about anything it sends later; it cannot make the judge believe more than data.  What the
 judge measures itself (the child's resident memory, :func:`resident_peak`) it does not take from the child.
-GPU checks still run student code in the worker (docs/developer.md, "Who can write a verdict").
+A GPU check too: the device and everything on it is the student process's, the judge holds names of device
+arrays (:mod:`autograder.gpu.judged`); what that process measures for the judge (device allocations, kernel times,
+the emulator's findings) it reports (docs/developer.md, "Who can write a verdict").
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ import numpy as np
 _LENGTH = struct.Struct("<Q")
 
 #: The judge's side of the socket pair while this process is a judge (None: student code runs here, if any).
-_JUDGE: dict = {"socket": None, "pid": None, "classes": {}}
+_JUDGE: dict = {"socket": None, "pid": None, "classes": {}, "payloads": {}, "prepared": None}
 
 
 # --- frames on the socket ----------------------------------------------------------------------
@@ -208,10 +214,13 @@ def judging() -> bool:
     return _JUDGE["socket"] is not None
 
 
-def start(payloads: list[bytes], close: tuple[int, ...]) -> None:
-    """Fork the student process (the worker's guard installed: the child has it too).  In the child, never
-    returns: it unpickles the payloads and serves calls.  ``close``: the descriptors the child must not have (the
-    judge's standard input, which still holds the nonce, and its reply file)."""
+def start(payloads: list[bytes], close: tuple[int, ...], prepare=None, set_up=None) -> None:
+    """Fork the student process, before the worker sets itself up.  In the child, never returns: it calls
+    ``prepare`` (the check's ``before_payload``: a GPU check's ``cupy``, real or the emulator's stand-in, and CUDA
+    are set up there and only there) and ``set_up`` (the worker's limits and guard, as the worker sets them on
+    itself), says whether that went well, waits for :func:`go`, unpickles the payloads and serves calls.
+    ``close``: the descriptors the child must not have (the judge's standard input, which still holds the nonce,
+    and its reply file)."""
     judge_end, student_end = socket.socketpair()
     judge = os.getpid()
     pid = os.fork()
@@ -224,16 +233,56 @@ def start(payloads: list[bytes], close: tuple[int, ...]) -> None:
             if null != 0:
                 os.dup2(null, 0)
                 os.close(null)
-            _child(student_end, payloads, judge)
+            _child(student_end, payloads, judge, prepare, set_up)
         finally:
             os._exit(70)
     student_end.close()
-    _JUDGE.update(socket=judge_end, pid=pid)
+    _JUDGE.update(socket=judge_end, pid=pid, sent=list(payloads))
+
+
+def go() -> None:
+    """Judge: let the student process unpickle the student's objects (the worker has said that student code may
+    run from now on)."""
+    try:
+        _send(_JUDGE["socket"], _GO)
+    except OSError:
+        pass  # gone: objects() says so
 
 
 def objects() -> list:
-    """Judge: handles to the student's objects (CheckFailed when the child could not unpickle them)."""
-    return _answer(_receive_or_gone())
+    """Judge: handles to the student's objects (CheckFailed when the child could not unpickle them; GraderFault when
+    its preparation failed, which it says before any student code exists there)."""
+    from .failures import CheckFailed, GraderFault
+
+    prepared = _FromStudent(io.BytesIO(_receive_or_gone())).load()
+    if not (type(prepared) is tuple and len(prepared) == 3 and prepared[0] == "prepared"):
+        raise CheckFailed("Процесс с вашим кодом нарушил порядок обмена с проверкой.")
+    if type(prepared[1]) is str:
+        raise GraderFault(f"процесс для вашего кода не подготовлен: {prepared[1]}")
+    _JUDGE["prepared"] = prepared[2]
+    found = _answer(_receive_or_gone())
+    if type(found) is not list or len(found) != len(_JUDGE["sent"]):
+        raise CheckFailed("Процесс с вашим кодом вернул не те объекты.")
+    _JUDGE["payloads"] = {id(obj): blob for obj, blob in zip(found, _JUDGE["sent"]) if is_handle(obj)}
+    return found
+
+
+def prepared():
+    """Judge: what the check's ``before_payload`` returned in the student process (a GPU check: whether that process
+    has a GPU or the emulator's stand-in).  Sent before any student code existed there, so it is the grader's word;
+    None where it returned nothing that is data."""
+    return _JUDGE["prepared"]
+
+
+def payload_of(handle) -> bytes:
+    """Judge: the bytes a student's object came in, as the grader sent them (a check that hands the object to a
+    worker of its own: compute-sanitizer's run, the emulator's)."""
+    from .failures import CheckFailed
+
+    blob = _JUDGE["payloads"].get(id(handle))
+    if blob is None:
+        raise CheckFailed("объект для проверки — не тот, что прислан на проверку.")
+    return blob
 
 
 def in_student(runner, *args, **kwargs):
@@ -342,7 +391,7 @@ def _receive_or_gone() -> bytes:
 
 
 def _gone_message() -> str:
-    import signal
+    from .failures import SIGNAL_MEANINGS, signal_name
 
     status = None
     pid = _JUDGE["pid"]
@@ -354,11 +403,8 @@ def _gone_message() -> str:
     if status is not None:
         code = os.waitstatus_to_exitcode(status)
         if code < 0:
-            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
-            what = {"SIGSEGV": ": обращение к недопустимой памяти (segfault)",
-                    "SIGKILL": ": процесс убит (скорее всего, не хватило памяти: у работы есть и общий предел — на "
-                               "все её процессы и /tmp вместе)",
-                    "SIGABRT": ": аварийное завершение (abort)"}.get(name, "")
+            name = signal_name(-code)
+            what = f": {SIGNAL_MEANINGS[name]}" if name in SIGNAL_MEANINGS else ""
             how = f" (сигнал {name}{what})"
         else:
             how = f" с кодом {code}"
@@ -428,7 +474,7 @@ def _rebuilt(name: str, text: str, where: str, builtin) -> BaseException:
 
 # --- the child -------------------------------------------------------------------------------------
 
-def _child(sock: socket.socket, payloads: list[bytes], judge: int) -> None:
+def _child(sock: socket.socket, payloads: list[bytes], judge: int, prepare=None, set_up=None) -> None:
     from ..isolation import guard
     from .failures import CheckFailed, shorten
 
@@ -436,6 +482,16 @@ def _child(sock: socket.socket, payloads: list[bytes], judge: int) -> None:
     _prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: it dies with the judge
     if os.getppid() != judge:
         os._exit(1)
+    unprepared, facts = None, None
+    try:  # the grader's own, before any student code exists here: what it says the judge may believe
+        facts = prepare() if prepare is not None else None
+        if set_up is not None:
+            set_up()
+    except BaseException as error:  # noqa: BLE001
+        unprepared = f"{type(error).__name__}: {shorten(str(error), 300)}"
+    _send(sock, _dumps(_Back, ("prepared", unprepared, facts if _plain(facts) else None)))
+    if unprepared is not None or _receive(sock) != _GO:
+        os._exit(0)
     try:
         try:
             with guard.student_code():

@@ -22,8 +22,10 @@ import os
 
 import numpy as np
 
+from ..checks import student_process
 from ..checks.core import CheckFailed, call_student, check, describe_case, get_check, shorten
 from ..checks.failures import restated
+from . import judged
 from .allocations import AllocationSizes
 
 try:  # imported before any student code runs (the worker imports the check module first)
@@ -60,7 +62,10 @@ _force_ptx_arch()
 
 def gpu_status() -> tuple[bool, str]:
     """(True, description) on a machine with a usable CUDA GPU and CuPy, else (False, why not).  The emulator's
-    stand-in (:func:`choose_cupy`) is not a GPU: with it in place this says why there is no real one."""
+    stand-in (:func:`choose_cupy`) is not a GPU: with it in place this says why there is no real one.  In a check's
+    judge, as its student process says it (:func:`judged.status`)."""
+    if student_process.judging():
+        return judged.status()[:2]
     if emulated():
         return False, _why_no_gpu
     if _cp is None:
@@ -68,7 +73,7 @@ def gpu_status() -> tuple[bool, str]:
     try:
         count = _cp.cuda.runtime.getDeviceCount()
     except Exception as error:  # no driver: cudaErrorInsufficientDriver / NoDevice
-        return False, f"нет драйвера CUDA или GPU ({type(error).__name__})"
+        return False, f"нет драйвера CUDA или GPU ({type(error).__name__}: {shorten(str(error), 200)})"
     if count < 1:
         return False, "GPU не найден"
     props = _cp.cuda.runtime.getDeviceProperties(0)
@@ -91,9 +96,12 @@ def emulator_allowed() -> bool:
 
 
 def emulated() -> bool:
-    """Whether the CuPy stand-in of the emulator is in place now (a notebook without a GPU, a check run there)."""
+    """Whether the CuPy stand-in of the emulator is in place now (a notebook without a GPU, a check run there; in a
+    check's judge: in its student process)."""
     from . import emulated_cupy
 
+    if student_process.judging():
+        return judged.status()[2]
     return emulated_cupy.ACTIVE
 
 
@@ -135,7 +143,7 @@ def stand_in(device: str = "T4"):
             raise restated(failure, f"{failure}{_explain_cuda(str(failure))} ({emulated_cupy.EMULATED})") from None
 
     here = sys.modules[__name__]
-    replaced = {"_cp": emulated_cupy, "device": emulated_cupy._device, "run_student": plain_call,
+    replaced = {"_cp": emulated_cupy, "_device_here": emulated_cupy._device, "_run_student_here": plain_call,
                 "require_gpu": lambda: None, "DeviceAllocations": emulated_cupy.DeviceAllocations}
     saved = {name: getattr(here, name) for name in replaced}
     saved_module, was_active = sys.modules.get("cupy"), emulated_cupy.ACTIVE
@@ -171,13 +179,27 @@ def use_emulator_without_gpu() -> tuple[bool, str]:
     return ok, why
 
 
-def use_emulator_posing_as(device: str) -> None:
+def facts() -> tuple[bool, str, bool]:
+    """(a GPU is used, its description or why not, the emulator's stand-in is in place) in this process."""
+    ok, why = gpu_status()
+    return bool(ok), str(why), bool(emulated())
+
+
+def prepare_gpu_check() -> tuple[bool, str, bool]:
+    """A GPU check's ``before_payload``, in its student process before any student code exists there:
+    :func:`use_emulator_without_gpu`, then :func:`facts` — what the judge believes of that process's GPU."""
+    use_emulator_without_gpu()
+    return facts()
+
+
+def use_emulator_posing_as(device: str) -> tuple[bool, str, bool]:
     """For the rest of the process, :func:`stand_in` posing as ``device``, GPU or not: ``before_payload`` of a check
-    that runs a student's function on the emulator on purpose (``sanitizer.EMULATOR_RUNS``)."""
+    that runs a student's function on the emulator on purpose (``sanitizer.EMULATOR_RUNS``); :func:`facts` then."""
     global _for_good
     if not emulated():
         _for_good = stand_in(device)  # kept: a collected generator would put CuPy back
         _for_good.__enter__()
+    return facts()
 
 
 def run_on_emulator(function, *args, **kwargs) -> str:
@@ -194,12 +216,12 @@ def run_on_emulator(function, *args, **kwargs) -> str:
 
     mark = emulated_cupy.EMULATED
     with contextlib.nullcontext() if emulated() else stand_in("T4"):
-        emulated_cupy.reset()
+        _reset_findings()
         try:
             detail = function(*args, **kwargs)
         except CheckFailed as failure:
             text = str(failure)
-            found = [] if getattr(failure, "of_findings", False) else emulated_cupy.findings()
+            found = [] if getattr(failure, "of_findings", False) else _findings()
             if found:  # what the emulator saw in the kernel names the defect; the failure, a symptom of it
                 text = emulated_cupy.findings_message(found, then_failed=text.replace(f" ({mark})", ""))
             again = restated(failure, text if mark in text else f"{text} ({mark})")
@@ -208,7 +230,7 @@ def run_on_emulator(function, *args, **kwargs) -> str:
             raise again from None
         except emulated_cupy.EmulatedFault as fault:
             raise CheckFailed(f"{fault} ({mark})") from None
-        found = emulated_cupy.findings()
+        found = _findings()
     if found:
         kinds = ", ".join(dict.fromkeys(f.kind for f in found))
         noted = f"{mark}; эмулятор заметил в ядре: {kinds} — это засчитывается в проверке границ и гонок"
@@ -221,11 +243,24 @@ def fail_on_findings() -> None:
     fail it, each kind once, where and what to do (lockstep hides races in the values)."""
     from . import emulated_cupy
 
-    found = emulated_cupy.findings()
+    found = _findings()
     if found:
         failure = CheckFailed(emulated_cupy.findings_message(found))
         failure.of_findings = True  # run_on_emulator: they are this failure, not a cause to put before it
         raise failure
+
+
+def _findings() -> list:
+    """The emulator's findings of the launches since :func:`_reset_findings` (a judge's: its student process's)."""
+    from . import emulated_cupy
+
+    return judged.findings() if student_process.judging() else emulated_cupy.findings()
+
+
+def _reset_findings() -> None:
+    from . import emulated_cupy
+
+    judged.reset_findings() if student_process.judging() else emulated_cupy.reset()
 
 
 def run_check_on_emulator(run, *args, **kwargs) -> str:
@@ -258,6 +293,8 @@ def choose_cupy():
 
 def require_gpu() -> None:
     """Fail the running check with 0 points, clearly, when there is no GPU; warm CuPy up otherwise."""
+    if student_process.judging():
+        return judged.remote(require_gpu, device)
     ok, why = gpu_status()
     if not ok:
         raise CheckFailed(
@@ -320,7 +357,7 @@ def gpu_check(check_id: str, *, points: float, title: str, timeout_s: float = 60
         run.timed = timed  # graded by its kernel's time: is_timed
         run.emulator_cases = emulator_cases
         return check(check_id, points=points, title=title, timeout_s=timeout_s, memory_limit_gib=None,
-                     needs_gpu=True, before_payload=use_emulator_without_gpu)(run)
+                     needs_gpu=True, before_payload=prepare_gpu_check)(run)
 
     return register
 
@@ -369,8 +406,29 @@ def run_student(function, *args, case: str, what: str, **kwargs):
     """Call the student's wrapper and wait for its kernels; CUDA errors get a Russian reason.
 
     Every device allocation made during the call is NaN-filled and guarded; after the call the guard
-    bytes of those allocations and of the grader's inputs (:func:`device`) must be intact.
+    bytes of those allocations and of the grader's inputs (:func:`device`) must be intact.  In a check's judge all of
+    it happens in the student process (:func:`judged.run_student`); on the stand-in, :func:`stand_in`'s plain call.
     """
+    if student_process.judging():
+        counting = judged.counting()
+        result, sizes = judged.remote(_run_counted, device, function, args, kwargs, case, what, counting)
+        if counting:
+            judged.add_sizes(sizes)
+        return result
+    return _run_student_here(function, *args, case=case, what=what, **kwargs)
+
+
+def _run_counted(function, args: tuple, kwargs: dict, case: str, what: str, counting: bool):
+    """In a judge's student process: :func:`run_student`, and the sizes of the device allocations it made where the
+    judge counts them (a :class:`DeviceAllocations` block is open there)."""
+    if not counting:
+        return run_student(function, *args, case=case, what=what, **kwargs), None
+    with DeviceAllocations() as seen:
+        result = run_student(function, *args, case=case, what=what, **kwargs)
+    return result, [int(size) for size in seen.sizes]
+
+
+def _run_student_on_gpu(function, *args, case: str, what: str, **kwargs):
     with DeviceAllocations() as seen:
         try:
             result = call_student(function, *args, case=case, what=what, **kwargs)
@@ -392,6 +450,9 @@ def run_student(function, *args, case: str, what: str, **kwargs):
     if damaged:
         raise CheckFailed(guard_message(damaged, whose="входного массива", case=case, what=what))
     return result
+
+
+_run_student_here = _run_student_on_gpu  # stand_in: a plain call on the emulator
 
 
 #: With causal tile skipping a kernel computes (N+1)/2N of the (Q tile, K/V tile) pairs: 0.53 at N = 16,
@@ -418,7 +479,7 @@ def causal_tile_counts(run_case, cases, *, rows: str = "Br") -> str:
     counts, ratio = {}, 0.0
     for c in cases:
         for is_causal in (False, True):
-            counter = _cp.zeros(1, dtype=_cp.int32)
+            counter = device(np.zeros(1, dtype=np.int32))
             run_case(c, is_causal, counter)
             counts[is_causal] = int(counter.get()[0])
         case = describe_case(**c)
@@ -438,17 +499,17 @@ def causal_tile_counts(run_case, cases, *, rows: str = "Br") -> str:
 
 def to_host(got, *, shape: tuple[int, ...], case: str, name: str = "результат", dtype=np.float32) -> np.ndarray:
     """A cupy.ndarray of ``shape`` and ``dtype`` (float32 unless a lesson says) copied to the host;
-    anything else is a failure."""
-    if type(got) is not _cp.ndarray:
+    anything else is a failure.  The checks read the host copy (in a judge, the values the student process sent)."""
+    host = host_copy(got)
+    if host is None:
         hint = (" Верните массив CuPy (на GPU), не копируйте его на CPU (.get(), cp.asnumpy)."
                 if isinstance(got, np.ndarray) else "")
         raise CheckFailed(f"{name} должен быть cupy.ndarray, а получено {type(got).__name__} "
                           f"(случай: {case}).{hint}")
-    if tuple(got.shape) != tuple(shape):
-        raise CheckFailed(f"{name}: форма {tuple(got.shape)}, ожидалась {tuple(shape)} (случай: {case}).")
-    if got.dtype != np.dtype(dtype):
-        raise CheckFailed(f"{name}: dtype {got.dtype}, ожидался {np.dtype(dtype).name} (случай: {case}).")
-    host = _cp.asnumpy(got)
+    if tuple(host.shape) != tuple(shape):
+        raise CheckFailed(f"{name}: форма {tuple(host.shape)}, ожидалась {tuple(shape)} (случай: {case}).")
+    if host.dtype != np.dtype(dtype):
+        raise CheckFailed(f"{name}: dtype {host.dtype}, ожидался {np.dtype(dtype).name} (случай: {case}).")
     bad = ~np.isfinite(host)
     if bad.any():
         first = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -461,11 +522,26 @@ def to_host(got, *, shape: tuple[int, ...], case: str, name: str = "резуль
     return host
 
 
+def host_copy(got) -> np.ndarray | None:
+    """``got`` copied to the host when it is a device array (a ``cupy.ndarray`` exactly, or the stand-in's; in a
+    judge, a :class:`judged.DeviceResult`), else None."""
+    if student_process.judging():
+        return judged.host_copy(got)
+    return _cp.asnumpy(got) if _cp is not None and type(got) is _cp.ndarray else None
+
+
 _EXACT_ALLOCATIONS = False  # under compute-sanitizer memcheck: plain cudaMalloc of the exact size
 
 
 def device(array: np.ndarray):
-    """A host array on the GPU: a fresh allocation with guard bytes, checked after each student call."""
+    """A host array on the GPU: a fresh allocation with guard bytes, checked after each student call (in a judge,
+    a :class:`judged.Input`: the array is put on the device in the student process, with the first call)."""
+    if student_process.judging():
+        return judged.Input(array)
+    return _device_here(array)
+
+
+def _device_on_gpu(array: np.ndarray):
     if _EXACT_ALLOCATIONS:
         return _cp.asarray(array)
     array = np.ascontiguousarray(array)
@@ -476,6 +552,9 @@ def device(array: np.ndarray):
                       memptr=_cp.cuda.MemoryPointer(base.mem, base.ptr - base.mem.ptr + GUARD_BYTES))
     out.set(array)
     return out
+
+
+_device_here = _device_on_gpu  # stand_in: a plain copy on the emulator
 
 
 # --- observing device allocations ----------------------------------------------------------
@@ -496,6 +575,11 @@ class DeviceAllocations(AllocationSizes):
     """
 
     _active = None
+
+    def __new__(cls):
+        if student_process.judging():  # the student process counts; the judge adds up what it reports
+            return judged.Allocations()
+        return super().__new__(cls)
 
     def __init__(self) -> None:
         self.sizes: list[int] = []
@@ -582,6 +666,8 @@ def _timed_loop(function, args, repeat: int) -> float:
 
 def time_ms(function, *args, repeat: int = 10, rounds: int = 5, warmup: int = 2) -> float:
     """Median over ``rounds`` of the mean time per call (grader-side functions)."""
+    if student_process.judging():
+        return judged.remote(time_ms, device, function, *args, repeat=repeat, rounds=rounds, warmup=warmup)
     for _ in range(warmup):
         function(*args)
     _cp.cuda.Device().synchronize()
@@ -590,12 +676,23 @@ def time_ms(function, *args, repeat: int = 10, rounds: int = 5, warmup: int = 2)
 
 def time_student(function, *args, case: str, what: str, repeat: int = 10, rounds: int = 5) -> float:
     """Like :func:`time_ms` for the student's function: the guard is entered once per round."""
+    if student_process.judging():
+        return judged.remote(time_student, device, function, *args, case=case, what=what, repeat=repeat,
+                             rounds=rounds)
     run_student(function, *args, case=case, what=what)  # warm-up: compilation, module load
     times = []
     for _ in range(rounds):
         times.append(call_student(_timed_loop, function, args, repeat, case=case, what=what))
     _cp.cuda.Device().synchronize()
     return float(np.median(times))
+
+
+def compute_capability() -> int:
+    """This GPU's compute capability as an int (90 for 9.0; 75 without CuPy); in a judge, its student process's."""
+    if student_process.judging():
+        value = judged.remote(compute_capability, device)
+        return value if type(value) is int else 75
+    return int(_cp.cuda.Device().compute_capability) if _cp is not None else 75
 
 
 def attention_flops(H: int, n: int, d: int, causal: bool) -> float:
@@ -607,6 +704,8 @@ def sdpa_ms(q, k, v, causal: bool, dtype: str | None = None) -> float | None:
     """torch's ``scaled_dot_product_attention`` on the same (H, n, d) device arrays: ms per call, median of
     three rounds (feedback beside the student's kernel); ``dtype`` ("float16", ...) converts the inputs first.
     None where torch is missing."""
+    if student_process.judging():
+        return judged.remote(sdpa_ms, device, q, k, v, causal, dtype)
     try:
         import torch
         import torch.nn.functional as F
@@ -633,6 +732,8 @@ def sdpa_ms(q, k, v, causal: bool, dtype: str | None = None) -> float | None:
 
 def copy_bandwidth(nbytes: int = 2**30) -> float:
     """Device-to-device copy, bytes read + written per second (the practical memory ceiling)."""
+    if student_process.judging():
+        return judged.remote(copy_bandwidth, device, nbytes)
     src = _cp.empty(nbytes // 4, dtype=_cp.float32)
     src.fill(1.0)
     dst = _cp.empty_like(src)

@@ -20,6 +20,7 @@ import tempfile
 from . import runtime as gpu
 from ..isolation import guard, run as isolation  # isolation before any student code: the guard snapshots modules
 from ..checks.core import CheckFailed, GraderFault, call_student, check, describe_case, shorten
+from ..checks import student_process
 from ..checks.student_process import in_student
 
 def sanitizer_path() -> str | None:
@@ -92,7 +93,7 @@ def sanitize(function, inputs: str, case: dict, *, tool: str = "racecheck", time
         padding = ("--padding", str(SANITIZER_PADDING_BYTES)) if tool == "memcheck" else ()
         launcher = (sanitizer, "--tool", tool, *padding, "--log-file", log_path, "--print-limit", "20")
         request = {"inputs": inputs, "case": case, "exact_allocations": tool == "memcheck"}
-        result = isolation.run_check(RUN_ONCE, isolation.pack([function]), [request], timeout_s=timeout_s,
+        result = isolation.run_check(RUN_ONCE, packed(function), [request], timeout_s=timeout_s,
                                      write_protected=(folder,), launcher=launcher)
         log = open(log_path, encoding="utf-8", errors="replace").read() if os.path.exists(log_path) else ""
     if result.grader_fault:
@@ -120,10 +121,15 @@ RUN_ONCE = "sanitizer.run_once"
 @gpu.gpu_check(RUN_ONCE, points=0, title="один запуск функции студента под compute-sanitizer", timeout_s=75.0,
               emulator=False)  # compute-sanitizer needs the GPU; on the emulator sanitizer_verdict runs no tool
 def run_once(function, cases):
-    """Inside compute-sanitizer: build the inputs, run the student's function once, wait for its kernels."""
+    """Inside compute-sanitizer: build the inputs, run the student's function once, wait for its kernels (all of it
+    in the student process, which the tool follows)."""
+    (request,) = cases
+    return in_student(_once_on_gpu, function, request)
+
+
+def _once_on_gpu(function, request):
     import importlib
 
-    (request,) = cases
     if request["exact_allocations"]:  # no pool: memcheck sees each array's exact bounds
         gpu._EXACT_ALLOCATIONS = True
         gpu._cp.cuda.set_allocator(None)
@@ -181,7 +187,7 @@ for _pose in ("T4", "H200"):
 def emulator_pose() -> str:
     """The GPU the emulator poses as for this machine's GPU: a T4 (compute_75, 64 KiB of shared memory) below
     compute capability 8.0, else the H200 (compute_80, 227 KiB): the wrappers choose their tiles as on the GPU."""
-    capability = int(gpu._cp.cuda.Device().compute_capability) if gpu._cp is not None else 75  # "90": 9.0
+    capability = gpu.compute_capability()  # 90: 9.0
     return "T4" if capability < 80 else "H200"
 
 
@@ -250,7 +256,7 @@ def sanitizer_verdict(function, inputs: str, cases, check_values, *, races: bool
         return ("эмулятор GPU вместо compute-sanitizer: ни одного обращения за границы, гонки в разделяемой "
                 "памяти или чтения неинициализированной памяти")
     # the emulator's run starts from the function packed before it ran here: nothing of this process's CuPy in it
-    payload = isolation.pack([function]) if bounds_tool() == "emulator" else None
+    payload = packed(function) if bounds_tool() == "emulator" else None
     done = []
     for c in cases:
         check_values(c)
@@ -261,6 +267,14 @@ def sanitizer_verdict(function, inputs: str, cases, check_values, *, races: bool
                                                                          races=races))
         done.append(verdict)
     return ", ".join(dict.fromkeys(done))
+
+
+def packed(function) -> list[bytes]:
+    """The student's function as a worker's payload: in a judge, the bytes it came in (it never ran here); else
+    packed now."""
+    if student_process.judging():
+        return [student_process.payload_of(function)]
+    return isolation.pack([function])
 
 
 def race_message(report: SanitizerReport, case: str) -> str:

@@ -48,6 +48,7 @@ import cloudpickle
 from . import cpu_time, fork_server
 from . import sandbox as sandbox_module
 from ..checks.core import CheckResult, get_check, shorten
+from ..checks.failures import signal_meaning, signal_name
 from .guard.state import loaded_modules
 from .home import private_home, worker_environment
 from .worker import STAGE, STARTED
@@ -416,12 +417,8 @@ def _parse_reply(check, returncode: int, nonce: str, stage_token: str, out: byte
     if returncode - 128 in (signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT):
         returncode = 128 - returncode  # bubblewrap (and a shell) exit so when their child was killed by the signal
     if returncode < 0:
-        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
-        what = {"SIGSEGV": "обращение к недопустимой памяти (segfault)",
-                "SIGKILL": "процесс убит (скорее всего, не хватило памяти: у работы есть и общий предел — "
-                           "на все её процессы и /tmp вместе)",
-                "SIGABRT": "аварийное завершение (abort)"}.get(name, "процесс завершён сигналом")
-        message = f"Проверка упала: {what}, сигнал {name}. Ядро и остальные проверки не затронуты."
+        name = signal_name(-returncode)
+        message = f"Проверка упала: {signal_meaning(name)}, сигнал {name}. Ядро и остальные проверки не затронуты."
     else:
         message = (f"Проверка не получила результата: процесс проверки завершился с кодом {returncode}. "
                    "Функция не должна вызывать os._exit / sys.exit или завершать процесс.")

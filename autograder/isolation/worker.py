@@ -6,11 +6,10 @@ nbgrader's stderr), cap memory and file sizes, import the check (so it captures 
 friends before any student code exists), install the guard, and only then unpickle the
 student's objects.
 
-The reply line starts with a nonce that only the grader and this process know.  In a CPU check this process is a
-judge: it forks the student process (:mod:`autograder.checks.student_process`) before it reads the nonce, and
-no student code ever runs here.  In a GPU check student code runs here (student code may not reach frames or the
-garbage collector); the line is encoded with C functions bound before student code ran: a student who writes a
-forged verdict to the output, or patches ``json``, does not pass.
+The reply line starts with a nonce that only the grader and this process know.  This process is a judge: it
+forks the student process (:mod:`autograder.checks.student_process`) before it reads the nonce, and no student
+code ever runs here — a GPU check's neither (its device, CuPy or the emulator's stand-in, is the student
+process's: :mod:`autograder.gpu.judged`).  The line is encoded with C functions bound before anything else ran.
 
 Every line is built as text and encoded whole, never from one-byte ``bytes`` constants such as
 ``b" "``: CPython shares one object per byte value across the process, and a native library that
@@ -47,11 +46,18 @@ def _line(fd: int, nonce: str, text: str) -> None:
     _write(fd, ("\n%s %s\n" % (nonce, text)).encode("ascii"))
 
 
-def _on_the_gpu_stand_in() -> bool:
-    """Whether this check's GPU code runs on the CuPy stand-in (``autograder.gpu.emulated_cupy``): read, not
-    imported (a CPU check has none)."""
-    stand_in = sys.modules.get("autograder.gpu.emulated_cupy")
-    return getattr(stand_in, "ACTIVE", False) is True
+def _on_the_gpu_stand_in(check, judge) -> bool:
+    """Whether this check's GPU code runs on the CuPy stand-in (``autograder.gpu.emulated_cupy``), as the student
+    process said before any student code existed there (``runtime.prepare_gpu_check``), or a check that poses the
+    stand-in on purpose (``sanitizer.EMULATOR_RUNS``)."""
+    if judge is None:  # gpu_in_worker: the stand-in is this process's
+        stand_in = sys.modules.get("autograder.gpu.emulated_cupy")
+        return getattr(stand_in, "ACTIVE", False) is True
+    facts = judge.prepared()
+    if check.needs_gpu:
+        return type(facts) is tuple and len(facts) == 3 and facts[2] is True
+    sanitizer = sys.modules.get("autograder.gpu.sanitizer")  # registers those runs: loaded if this is one
+    return sanitizer is not None and check.id in sanitizer.EMULATOR_RUNS.values()
 
 
 def _reply(fd: int, nonce: str, passed: bool, message: str, mistake, not_started=False,
@@ -93,6 +99,9 @@ def main() -> None:
     except BaseException as error:  # noqa: BLE001 - the grader's own failure, before any student code
         import traceback
 
+        from ..checks import student_process
+
+        student_process.stop()
         where = "".join(traceback.format_exception(type(error), error, error.__traceback__)[-3:])
         _reply(reply_fd, _read_nonce(), False, f"исполнитель проверки не запустился: {type(error).__name__}: "
                f"{error}\n{where.strip()[-600:]}", None, grader_fault=True)
@@ -104,13 +113,13 @@ def main() -> None:
     # From here on the student's code may end the process; before it, a missing verdict is the grader's.
     _line(reply_fd, token, STARTED)
     del token
-    if judge is not None:  # the student's code runs in a process of its own, forked before the nonce is read
-        judge.start(request["payloads"], (0, reply_fd))
+    if judge is not None:
+        judge.go()  # the student process (forked before the nonce is read) may unpickle the student's code now
     nonce = _read_nonce()
     try:
         if judge is not None:
             objects = judge.objects()
-        else:
+        else:  # a GPU check on a GPU: in this process (gpu_in_worker)
             try:
                 with guard.student_code():
                     objects = [pickle.loads(blob) for blob in request["payloads"]]
@@ -133,7 +142,7 @@ def main() -> None:
         # What this grader cannot run (the GPU stand-in lacks it) is not gradable here: a grader fault, never a 0.
         # Believed only while the stand-in runs the check: a GPU grader never takes it from the student process
         # (which could claim it falsely); on the emulator a false claim leaves its check ungraded, never passed.
-        fault = getattr(failure, "not_gradable", False) is True and _on_the_gpu_stand_in()
+        fault = getattr(failure, "not_gradable", False) is True and _on_the_gpu_stand_in(check, judge)
         show_output = getattr(failure, "show_output", False) is True  # the student process ended: its last words
     except MemoryError:
         message = "Проверка исчерпала лимит памяти (MemoryError)."
@@ -196,6 +205,21 @@ def _install_guard(guard, check, request: dict) -> None:
                   write_protected=request.get("write_protected", ()))
 
 
+def gpu_in_worker(check) -> bool:
+    """Whether this GPU check runs the student's code here, beside the verdict, as before the student process: on a
+    machine whose NVIDIA devices this process sees, until the judged path (:mod:`autograder.gpu.judged`) has been
+    proven on a GPU (docs/developer.md, "Who can write a verdict").  Without a GPU every check is judged apart."""
+    if not check.needs_gpu or os.environ.get(GPU_JUDGED_ENV) == "1":
+        return False
+    from .sandbox import gpu_devices
+
+    return bool(gpu_devices())
+
+
+#: "1": GPU checks are judged apart on a GPU too (the device runs that prove it set it).
+GPU_JUDGED_ENV = "AUTOGRADER_GPU_JUDGED"
+
+
 def _dumpable(dumpable: bool) -> None:
     """Not dumpable: no other process of the sandbox (one the student's code starts, say) may read or trace this
     one's memory — a process that is not dumpable is not ptrace-able without CAP_SYS_PTRACE, which the sandbox
@@ -209,8 +233,9 @@ def _dumpable(dumpable: bool) -> None:
 
 
 def _prepare(request: dict, reply_fd: int, token: str):
-    """The grader's part before any student code: output files, the check, limits, the guard (or, for a check
-    judged apart from the student's code, :mod:`autograder.checks.student_process` to start it).
+    """The grader's part before any student code: output files, the check, limits, the guard and
+    :mod:`autograder.checks.student_process` to start the student process with (the check's ``before_payload``
+    runs there: a GPU check's device never is this process's).
 
     Descriptor 2 is the grader's output file (the student's prints, warnings, a crash's last words: the grader
     quotes its end when no verdict comes); descriptor 1 becomes it too, the reply keeps ``reply_fd``."""
@@ -218,20 +243,27 @@ def _prepare(request: dict, reply_fd: int, token: str):
     sys.stdout = sys.stderr = open(1, "w", closefd=False)
 
     from . import guard
+    from ..checks import student_process as judge
     from ..checks.core import CheckFailed, GraderFault, get_check, shorten
 
     check = get_check(request["check_id"])
-    if check.before_payload is not None:  # e.g. a GPU check without a GPU: `cp` must unpickle as the stand-in
+
+    def set_up() -> None:  # in this process and, after the check's before_payload, in the student process
+        if check.memory_limit_gib is None and "autograder.gpu.nvrtc" in sys.modules:  # a check that may compile CUDA
+            sys.modules["autograder.gpu.nvrtc"].warm_up()
+        guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB, request.get("max_processes"))
+        _install_guard(guard, check, request)
+
+    if gpu_in_worker(check):
         check.before_payload()
-    if check.memory_limit_gib is None and "autograder.gpu.nvrtc" in sys.modules:  # a check that may compile CUDA
-        sys.modules["autograder.gpu.nvrtc"].warm_up()
+        judge = None
+    else:
+        # The student process is forked first, from a process that has set up nothing: it prepares itself (CUDA,
+        # the stand-in) as a worker did before any limit or guard, then sets up as this process does.
+        judge.start(request["payloads"], (0, reply_fd), check.before_payload, set_up)
     _line(reply_fd, token, STAGE + "check")
-    guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB, request.get("max_processes"))
-    _dumpable(check.needs_gpu)  # a GPU check keeps what compute-sanitizer and the driver expect of a process
-    _install_guard(guard, check, request)  # inherited by the student process (the guard restricts nothing before
-    judge = None                           # student code has run, so that process still sets itself up)
-    if check.judged_apart:
-        from ..checks import student_process as judge
+    set_up()
+    _dumpable(judge is None)  # the student process (dumpable: the driver and compute-sanitizer expect it) cannot read this one
     _line(reply_fd, token, STAGE + "guard")
     return check, guard, (CheckFailed, GraderFault, shorten), judge
 
