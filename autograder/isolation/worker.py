@@ -9,7 +9,9 @@ student's objects.
 The reply line starts with a nonce that only the grader and this process know.  This process is a judge: it
 forks the student process (:mod:`autograder.checks.student_process`) before it reads the nonce, and no student
 code ever runs here — a GPU check's neither (its device, CuPy or the emulator's stand-in, is the student
-process's: :mod:`autograder.gpu.judged`).  The line is encoded with C functions bound before anything else ran.
+process's: :mod:`autograder.gpu.judged`), except on a machine with a GPU until that path is proven there
+(:func:`gpu_in_worker`: the student's code runs here, as before).  The line is encoded with C functions bound before
+anything else ran.
 
 Every line is built as text and encoded whole, never from one-byte ``bytes`` constants such as
 ``b" "``: CPython shares one object per byte value across the process, and a native library that
