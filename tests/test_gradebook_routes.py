@@ -371,24 +371,8 @@ def test_a_student_process_finds_nothing_that_signs_in_its_memory_or_its_parents
     on_gpu = student(FORGE_FROM_MEMORY + "def fused_rms_norm_gpu(x, w, eps=1e-6):\n    _forge()\n",
                      "fused_rms_norm_gpu")
     result = run_check("lesson07.equivalence", [pack_one(on_gpu)])
-    if worker.gpu_in_worker(get_check("lesson07.equivalence")):  # a GPU machine, the judged path not yet proven there
-        assert result.passed, result  # the gap docs/developer.md names
-        return
     assert not result.passed and not result.grader_fault, result
     assert "own memory yes, parent memory no" in result.message, result.message
-
-
-def test_a_gpu_check_runs_in_the_worker_only_on_a_gpu_until_judged_there(monkeypatch):
-    """worker.gpu_in_worker: without NVIDIA devices (laptops, CI, a CPU grading server) every GPU check is judged
-    apart; on a GPU, until AUTOGRADER_GPU_JUDGED=1, in the worker as before; a CPU check always apart."""
-    gpu_check, cpu_check = get_check("lesson07.equivalence"), get_check("lesson02.equivalence")
-    monkeypatch.delenv(worker.GPU_JUDGED_ENV, raising=False)
-    monkeypatch.setattr(sandbox, "gpu_devices", lambda: [])
-    assert not worker.gpu_in_worker(gpu_check) and not worker.gpu_in_worker(cpu_check)
-    monkeypatch.setattr(sandbox, "gpu_devices", lambda: ["/dev/nvidia0"])
-    assert worker.gpu_in_worker(gpu_check) and not worker.gpu_in_worker(cpu_check)
-    monkeypatch.setenv(worker.GPU_JUDGED_ENV, "1")
-    assert not worker.gpu_in_worker(gpu_check)
 
 
 def test_the_memory_forger_signs_where_the_nonce_is_in_its_process(tmp_path):

@@ -9,9 +9,7 @@ student's objects.
 The reply line starts with a nonce that only the grader and this process know.  This process is a judge: it
 forks the student process (:mod:`autograder.checks.student_process`) before it reads the nonce, and no student
 code ever runs here — a GPU check's neither (its device, CuPy or the emulator's stand-in, is the student
-process's: :mod:`autograder.gpu.judged`), except on a machine with a GPU until that path is proven there
-(:func:`gpu_in_worker`: the student's code runs here, as before).  The line is encoded with C functions bound before
-anything else ran.
+process's: :mod:`autograder.gpu.judged`).  The line is encoded with C functions bound before anything else ran.
 
 Every line is built as text and encoded whole, never from one-byte ``bytes`` constants such as
 ``b" "``: CPython shares one object per byte value across the process, and a native library that
@@ -52,9 +50,6 @@ def _on_the_gpu_stand_in(check, judge) -> bool:
     """Whether this check's GPU code runs on the CuPy stand-in (``autograder.gpu.emulated_cupy``), as the student
     process said before any student code existed there (``runtime.prepare_gpu_check``), or a check that poses the
     stand-in on purpose (``sanitizer.EMULATOR_RUNS``)."""
-    if judge is None:  # gpu_in_worker: the stand-in is this process's
-        stand_in = sys.modules.get("autograder.gpu.emulated_cupy")
-        return getattr(stand_in, "ACTIVE", False) is True
     facts = judge.prepared()
     if check.needs_gpu:
         return type(facts) is tuple and len(facts) == 3 and facts[2] is True
@@ -115,22 +110,10 @@ def main() -> None:
     # From here on the student's code may end the process; before it, a missing verdict is the grader's.
     _line(reply_fd, token, STARTED)
     del token
-    if judge is not None:
-        judge.go()  # the student process (forked before the nonce is read) may unpickle the student's code now
+    judge.go()  # the student process (forked before the nonce is read) may unpickle the student's code now
     nonce = _read_nonce()
     try:
-        if judge is not None:
-            objects = judge.objects()
-        else:  # a GPU check on a GPU: in this process (gpu_in_worker)
-            try:
-                with guard.student_code():
-                    objects = [pickle.loads(blob) for blob in request["payloads"]]
-            except guard.Tampering as error:
-                raise CheckFailed(f"Нарушение правил проверки при передаче объекта: {error}.") from None
-            except Exception as error:
-                name, text = guard.describe(error)
-                raise CheckFailed(f"Не удалось восстановить ваш объект для проверки: "
-                                  f"{name}: {shorten(text, 300)}") from None
+        objects = judge.objects()
         cases = request["cases"]
         if os.environ.get("AUTOGRADER_INJECT_GRADER_FAULT") == request["check_id"]:
             raise GraderFault("проверочный сбой (AUTOGRADER_INJECT_GRADER_FAULT)")  # tests/test_hardening_worker.py
@@ -160,14 +143,11 @@ def main() -> None:
             message, fault = f"защита проверки запретила действие самой проверки: {denied}", True
         else:
             message = f"Внутренняя ошибка проверки: {name}: {shorten(text, 500)}"
-    if judge is not None:
-        try:
-            tampering = judge.verify()
-        except CheckFailed as failure:
-            tampering = None if not passed else str(failure)
-        judge.stop()
-    else:
-        tampering = guard.verify()
+    try:
+        tampering = judge.verify()
+    except CheckFailed as failure:
+        tampering = None if not passed else str(failure)
+    judge.stop()
     if tampering:
         passed, message, mistake, not_started, fault = False, f"Нарушение правил проверки: {tampering}.", None, False, False
     _reply(reply_fd, nonce, passed, message, mistake, not_started, fault, show_output and not passed)
@@ -207,29 +187,14 @@ def _install_guard(guard, check, request: dict) -> None:
                   write_protected=request.get("write_protected", ()))
 
 
-def gpu_in_worker(check) -> bool:
-    """Whether this GPU check runs the student's code here, beside the verdict, as before the student process: on a
-    machine whose NVIDIA devices this process sees, until the judged path (:mod:`autograder.gpu.judged`) has been
-    proven on a GPU (docs/developer.md, "Who can write a verdict").  Without a GPU every check is judged apart."""
-    if not check.needs_gpu or os.environ.get(GPU_JUDGED_ENV) == "1":
-        return False
-    from .sandbox import gpu_devices
-
-    return bool(gpu_devices())
-
-
-#: "1": GPU checks are judged apart on a GPU too (the device runs that prove it set it).
-GPU_JUDGED_ENV = "AUTOGRADER_GPU_JUDGED"
-
-
-def _dumpable(dumpable: bool) -> None:
+def _not_dumpable() -> None:
     """Not dumpable: no other process of the sandbox (one the student's code starts, say) may read or trace this
     one's memory — a process that is not dumpable is not ptrace-able without CAP_SYS_PTRACE, which the sandbox
     has not, and its ``/proc/<pid>/mem`` and ``/proc/<pid>/fd`` are closed to the others."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(4, 1 if dumpable else 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
     except (OSError, AttributeError):
         pass
 
@@ -256,16 +221,12 @@ def _prepare(request: dict, reply_fd: int, token: str):
         guard.cap_resources(request["memory_limit_gib"], FILE_LIMIT_MIB, request.get("max_processes"))
         _install_guard(guard, check, request)
 
-    if gpu_in_worker(check):
-        check.before_payload()
-        judge = None
-    else:
-        # The student process is forked first, from a process that has set up nothing: it prepares itself (CUDA,
-        # the stand-in) as a worker did before any limit or guard, then sets up as this process does.
-        judge.start(request["payloads"], (0, reply_fd), check.before_payload, set_up)
+    # The student process is forked first, from a process that has set up nothing: it prepares itself (CUDA, the
+    # stand-in) as a worker did before any limit or guard, then sets up as this process does.
+    judge.start(request["payloads"], (0, reply_fd), check.before_payload, set_up)
     _line(reply_fd, token, STAGE + "check")
     set_up()
-    _dumpable(judge is None)  # the student process (dumpable: the driver and compute-sanitizer expect it) cannot read this one
+    _not_dumpable()  # the student process (dumpable: the driver and compute-sanitizer expect it) cannot read this one
     _line(reply_fd, token, STAGE + "guard")
     return check, guard, (CheckFailed, GraderFault, shorten), judge
 
@@ -297,7 +258,7 @@ def serve(control_fd: int) -> None:
     start = os.getcwd()
     sandboxed = os.environ.get("AUTOGRADER_SANDBOXED") == "1"
     if sandboxed:
-        _dumpable(False)  # no check it forks may trace it or read its memory
+        _not_dumpable()  # no check it forks may trace it or read its memory
 
     control = socket.socket(fileno=control_fd)
     me = str(os.getpid())
