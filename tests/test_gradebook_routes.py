@@ -390,14 +390,16 @@ def test_the_memory_forger_signs_where_the_nonce_is_in_its_process(tmp_path):
     assert f"\n{nonce} " + '{"passed": true' in reply.read_text(), reply.read_text()[:500]
 
 
-def test_memory_hidden_from_tracemalloc_is_counted():
-    """Route 5: lesson 02's answer with its (T, D) float64 temporaries in anonymous mmaps.  tracemalloc sees only the
-    output — within the bound, so this payload passed before — but the judge reads the student process's resident
-    growth and fails it, naming what happened (benchmarks/resident_memory.py prints both numbers)."""
+@pytest.mark.parametrize("hiding", ["HIDDEN_IN_MMAP", "HIDDEN_IN_FILE"])
+def test_memory_hidden_from_tracemalloc_is_counted(hiding):
+    """Route 5: lesson 02's answer with its (T, D) float64 temporaries in anonymous mmaps, or in files it writes and
+    maps.  tracemalloc sees only the output — within the bound, so this payload passed before — but the judge reads
+    the student process's resident growth (less the pages of library files, which a file of the student's is not)
+    and fails it, naming what happened (benchmarks/resident_memory.py prints both numbers)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from resident_memory import HIDDEN_IN_MMAP
+    import resident_memory
 
-    result = run_check("lesson02.memory", [pack_one(student(HIDDEN_IN_MMAP))])
+    result = run_check("lesson02.memory", [pack_one(student(getattr(resident_memory, hiding)))])
     assert not result.passed and not result.grader_fault, result
     seen, allowed = (float(n) for n in re.search(r"tracemalloc видел только ([\d.]+) МиБ \(допустимо ([\d.]+)",
                                                    result.message).groups())

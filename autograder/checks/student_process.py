@@ -35,6 +35,7 @@ import os
 import pickle
 import socket
 import struct
+import sys
 
 import numpy as np
 
@@ -336,12 +337,13 @@ def _remote(target, args: tuple, kwargs: dict, growth: dict | None = None):
         _send(sock, data)
         if growth is not None:
             _expect(_READY)
-            base = _reset_peak(_JUDGE["pid"])
+            pid = _JUDGE["pid"]
+            base, libraries = _reset_peak(pid), _library_pages(pid)
             _send(sock, _GO)
             _expect(_DONE)
-            peak = _memory_field(_JUDGE["pid"], "VmHWM")
-            if base is not None and peak is not None:
-                growth["bytes"] = max(0, peak - base)
+            peak, loaded = _memory_field(pid, "VmHWM"), _library_pages(pid)
+            if None not in (base, peak, libraries, loaded):
+                growth["bytes"] = max(0, peak - base - max(0, loaded - libraries))
             _send(sock, _GO)
     except OSError:
         pass  # gone: the answer below says so
@@ -363,6 +365,31 @@ def _reset_peak(pid: int) -> int | None:
     except OSError:
         return None
     return _memory_field(pid, "VmRSS")
+
+
+#: Where the code a call may load lives — the interpreter's and the packages' folders, the system's libraries: read-only
+#: in the sandbox, so no page of a file there holds anything the student's code wrote.
+LIBRARY_FOLDERS = tuple(dict.fromkeys(os.path.join(os.path.realpath(p), "")
+                                      for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, "/usr", "/lib", "/lib64")))
+
+
+def _library_pages(pid: int) -> int | None:
+    """Bytes of the child's resident memory that are pages of library files as they are on disk (what importing
+    ``numpy.fft`` maps, 5 MiB: not memory the student's code allocated), from ``/proc/<pid>/smaps``.  A file the
+    student's code wrote and mapped is not in :data:`LIBRARY_FOLDERS`: its pages stay counted."""
+    total, library = 0, False
+    try:
+        with open(f"/proc/{pid}/smaps") as handle:
+            for line in handle:
+                if line[:1] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+                    path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+                    library = path.startswith(LIBRARY_FOLDERS)
+                elif library and line.startswith(("Rss:", "Anonymous:")):
+                    size = int(line.split()[1]) * 1024
+                    total += size if line[0] == "R" else -size
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
 
 
 def _memory_field(pid: int, name: str) -> int | None:
