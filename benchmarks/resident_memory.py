@@ -15,7 +15,6 @@ import datetime
 import math
 import platform
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -31,37 +30,30 @@ MEMORY_CHECKS = {  # check id -> (lesson folder, the function it measures)
     "lesson11.memory": ("11_flash_decoding", "paged_decode"),
 }
 
-#: Lesson 02's answer with its float64 temporaries in anonymous mmaps, which tracemalloc does not see.
-HIDDEN_IN_MMAP = textwrap.dedent('''
-    def fused_rms_norm(x, w, eps=1e-6):
-        import mmap
-        def hidden(shape):  # an array tracemalloc does not see
-            return np.frombuffer(mmap.mmap(-1, int(np.prod(shape)) * 8), np.float64).reshape(shape)
-        x64, squares = hidden(x.shape), hidden(x.shape)
-        x64[...] = x
-        np.multiply(x64, x64, out=squares)
-        scale = 1.0 / np.sqrt(squares.mean(axis=-1, keepdims=True) + eps)
-        np.multiply(x64, scale, out=x64)
-        out = np.empty_like(x)
-        np.multiply(x64, w, out=out, casting="unsafe")
-        return out
-''')
+#: Lesson 02's answer with its float64 temporaries made by ``hidden(shape)``, which tracemalloc does not see.
+_HIDDEN_TEMPORARIES = '''
+def fused_rms_norm(x, w, eps=1e-6):
+{hidden}
+    x64, squares = hidden(x.shape), hidden(x.shape)
+    x64[...] = x
+    np.multiply(x64, x64, out=squares)
+    scale = 1.0 / np.sqrt(squares.mean(axis=-1, keepdims=True) + eps)
+    np.multiply(x64, scale, out=x64)
+    out = np.empty_like(x)
+    np.multiply(x64, w, out=out, casting="unsafe")
+    return out
+'''
 
-#: The same temporaries in files it writes and maps (np.memmap): pages of a file, not of a library, so counted.
-HIDDEN_IN_FILE = textwrap.dedent('''
-    def fused_rms_norm(x, w, eps=1e-6):
-        import tempfile
-        def hidden(shape):  # an array in a mapped file of its own
-            return np.memmap(tempfile.TemporaryFile(dir="."), np.float64, "w+", shape=shape)
-        x64, squares = hidden(x.shape), hidden(x.shape)
-        x64[...] = x
-        np.multiply(x64, x64, out=squares)
-        scale = 1.0 / np.sqrt(squares.mean(axis=-1, keepdims=True) + eps)
-        np.multiply(x64, scale, out=x64)
-        out = np.empty_like(x)
-        np.multiply(x64, w, out=out, casting="unsafe")
-        return out
-''')
+#: ... in anonymous mmaps.
+HIDDEN_IN_MMAP = _HIDDEN_TEMPORARIES.format(hidden='''    import mmap
+    def hidden(shape):
+        return np.frombuffer(mmap.mmap(-1, int(np.prod(shape)) * 8), np.float64).reshape(shape)''')
+
+#: ... in files it writes and maps (np.memmap): pages of a file, not of a library, so counted.
+HIDDEN_IN_FILE = _HIDDEN_TEMPORARIES.format(hidden='''    import tempfile
+    def hidden(shape):
+        return np.memmap(tempfile.TemporaryFile(dir="."), np.float64, "w+", shape=shape)''')
+
 
 def loading_libraries(reference: str) -> str:
     """The reference answer, its first call loading NumPy's fft and random modules: 5 MiB of library pages that

@@ -75,3 +75,52 @@ def test_past_the_time_limit_no_cell_and_no_check_runs_and_each_says_so(graded):
     # three notebooks one after another; without the limit the slow one alone would run all its checks after the
     # sleep: the limit bounds it to about the limit and one cell
     assert took < 3 * (TIME_LIMIT_S + SLOW_S) + 120, took
+
+
+def test_the_graders_sockets_refuse_a_huge_message_and_a_long_queue():
+    """The grader's memory while a cell prints gigabytes (benchmarks/grader_memory.py: 1 GiB printed took the grader
+    3.1 GiB, now 133 MiB): the kernel client IsolatedExecute makes reads through sockets whose context caps one
+    message and the queue, so ZeroMQ drops a larger message before the grader holds it (the other tests of this file
+    and of tests/test_autograde.py grade through that client)."""
+    import zmq
+
+    from autograder.nbgrader import execute
+
+    client = execute.BoundedKernelClient()
+    assert client.context.getsockopt(zmq.MAXMSGSIZE) == execute.MAX_KERNEL_MESSAGE_BYTES
+    assert client.context.getsockopt(zmq.RCVHWM) == execute.MAX_QUEUED_KERNEL_MESSAGES
+    socket = client.context.socket(zmq.SUB)
+    try:
+        assert socket.getsockopt(zmq.MAXMSGSIZE) == execute.MAX_KERNEL_MESSAGE_BYTES
+    finally:
+        socket.close(linger=0)
+        client.context.destroy(linger=0)
+    assert execute.MAX_KERNEL_MESSAGE_BYTES >= 8 * execute.MAX_CELL_OUTPUT_BYTES  # outputs a cell keeps pass whole
+
+
+def test_the_kernel_keeps_a_little_more_than_the_grader_of_each_cells_print():
+    """A cell printing without end sends the grader only
+    ``limit`` characters, so no message of the kernel outgrows the grader's sockets' cap and the grader still sees more
+    than it keeps, and notes the cut; the next cell starts from zero; IPython's own wrapping of ``write`` around each
+    cell leaves the cap in place."""
+    from jupyter_client.manager import start_new_kernel
+
+    manager, client = start_new_kernel()
+    try:
+        def printed(code: str) -> str:
+            client.execute(code)
+            text = ""
+            while True:
+                message = client.get_iopub_msg(timeout=30)
+                if message["msg_type"] == "stream":
+                    text += message["content"]["text"]
+                if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                    return text
+
+        printed("import autograder.isolation.kernel_output as k; k.cap(1000); k.cap(99)")  # once only
+        assert printed("for _ in range(50): print('x' * 99)") == ("x" * 99 + "\n") * 10
+        assert printed("print('y' * 5000)") == "y" * 1000
+        assert printed("print('short')") == "short\n"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)

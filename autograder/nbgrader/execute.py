@@ -28,12 +28,16 @@ import os
 import shutil
 import tempfile
 import time
+
+import zmq
+import zmq.asyncio
+from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.utils import ensure_async
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Enum, Float, Integer, List, TraitError, Unicode, validate
+from traitlets import Bool, Enum, Float, Integer, List, TraitError, Unicode, default, validate
 
 from ..isolation import cgroup as cgroup_module
 from ..isolation import leftovers, run as isolation
@@ -59,7 +63,9 @@ KERNEL_SETUP_CODE = """\
 import autograder.isolation.guard as _autograder_guard
 _autograder_guard.install_kernel(memory_gib={memory!r}, secret_dirs={secret!r}, write_protected={protected!r},
                                  submission_dir={submission!r}, processes={processes!r})
-del _autograder_guard
+import autograder.isolation.kernel_output as _autograder_output
+_autograder_output.cap({output_chars!r})
+del _autograder_guard, _autograder_output
 """
 
 
@@ -93,6 +99,31 @@ MAX_EXPORT_BYTES = 512 * 2**20
 
 #: Outputs a cell may leave in the graded notebook (and the grader's memory), bytes of text/data.
 MAX_CELL_OUTPUT_BYTES = 1024 * 1024
+
+
+#: The most one ZeroMQ message from the student's kernel may hold, and how many may wait unread, on each socket the
+#: grader reads it through: ZeroMQ drops a larger message (disconnecting, then reconnecting) before the grader reads
+#: a byte of it, and messages past the queue, so that a kernel which prints gigabytes between two flushes of its
+#: output costs the grader at most about their product (ipykernel sends all it buffered as one message; without
+#: these a cell printing 1 GiB took the grader 3.1 GiB: benchmarks/grader_memory.py).  What a cell prints stays far
+#: below: the kernel sends at most one character more of each stream than a cell keeps (:mod:`autograder.isolation.
+#: kernel_output`), so these drop only what code that undid that sends.  A status message lost with them costs nbclient
+#: its iopub_timeout (4 s).
+MAX_KERNEL_MESSAGE_BYTES = 16 * 2**20
+MAX_QUEUED_KERNEL_MESSAGES = 64
+
+
+class BoundedKernelClient(AsyncKernelClient):
+    """nbclient's kernel client, its sockets made by a ZeroMQ context that takes at most
+    :data:`MAX_KERNEL_MESSAGE_BYTES` a message and queues at most :data:`MAX_QUEUED_KERNEL_MESSAGES` on each."""
+
+    @default("context")
+    def _context_default(self) -> zmq.asyncio.Context:
+        self._created_context = True  # closed with the client's channels, as jupyter_client's own
+        context = zmq.asyncio.Context()
+        context.setsockopt(zmq.MAXMSGSIZE, MAX_KERNEL_MESSAGE_BYTES)
+        context.setsockopt(zmq.RCVHWM, MAX_QUEUED_KERNEL_MESSAGES)
+        return context
 
 
 #: MIME type of the note that replaces what was cut: data, not text, for the tools that count it.
@@ -336,6 +367,7 @@ class IsolatedExecute(Execute):
         if self._box is not None:
             self.kernel_manager_class = SandboxedKernelManager
         km = super().create_kernel_manager()
+        km.client_class = f"{__name__}.BoundedKernelClient"  # the grader's memory is bounded whatever the kernel sends
         if self._box is not None:
             km.configure(self._box)
         elif os.name == "posix":
@@ -381,7 +413,8 @@ class IsolatedExecute(Execute):
         kc = await super().async_start_new_kernel_client()
         code = KERNEL_SETUP_CODE.format(memory=self._kernel_memory, secret=self._secret_dirs,
                                         protected=self._write_protected, submission=self._submission_dir,
-                                        processes=sandbox_module.process_limit() if self._box else None)
+                                        processes=sandbox_module.process_limit() if self._box else None,
+                                        output_chars=self.max_output_bytes + 1)  # more than kept: the grader notes the cut
         reply = await self.async_wait_for_reply(kc.execute(code, silent=True, store_history=False))
         if not reply or reply["content"]["status"] != "ok":
             # Never grade with an unguarded kernel: the submission fails as a whole, and says why.
