@@ -195,15 +195,12 @@ def graded_losses(lesson: str, entry_name: str, *, hidden: bool = True, device: 
 def graded_disagreement(lesson: str, entry, lost) -> str | None:
     """None when an entry graded without a GPU loses what it loses on a GPU: every check the bank says it loses
     (those that cannot pass without a GPU aside), and nothing else but checks it may lose, those that cannot pass
-    without a GPU, and — for an entry compute-sanitizer reports — a value check that the emulator's exact bounds
-    stop (a GPU's allocation granularity hides the stray read)."""
+    without a GPU and those its entry names, with why, as lost only without one (``also_loses_without_gpu``)."""
     from autograder.gpu import runtime
 
     cannot = {c for c, _, _ in banks.grade_calls(lesson) if not runtime.scores_without_gpu(get_check(c))}
     expected = set(entry.loses) - cannot
-    allowed = expected | set(entry.may_lose) | cannot
-    if any("sanitizer" in c or c.endswith("_bounds") for c in entry.loses):
-        allowed |= set(VALUE_CHECKS[lesson]) | {c for c, _, _ in banks.grade_calls(lesson) if c.endswith("_memory")}
+    allowed = expected | set(entry.may_lose) | cannot | set(entry.also_loses_without_gpu)
     lost = set(lost)
     if not expected <= lost:
         return f"keeps {sorted(expected - lost)} that a GPU fails"
