@@ -3,6 +3,7 @@ a GPU.
 
     python benchmarks/gpu_banks_without_gpu.py                    # every entry of 06, 07, 08, 09, 11 (minutes)
     python benchmarks/gpu_banks_without_gpu.py --lessons 07 --workers 2
+    python benchmarks/gpu_banks_without_gpu.py --lessons 07,08 --entries eps_as_python_float   # those entries only
 
 Each entry's grade(...) calls, visible and hidden, run as a check's worker runs them without a GPU
 (``tests/emulated_banks.graded_losses``: the CuPy stand-in posing as the H200 the banks were proven on, the
@@ -45,6 +46,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lessons", default="06,07,08,09,11", help="lesson numbers, comma-separated")
     parser.add_argument("--workers", type=int, default=max(1, os.cpu_count() or 1))
+    parser.add_argument("--entries", default="", help="only these entries (comma-separated); the others' rows stay")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
 
@@ -52,7 +54,7 @@ def main() -> int:
     import test_gpu_lessons as banks
 
     entries = [(lesson, e) for lesson, make in banks.BANKS.items() if lesson[:2] in args.lessons.split(",")
-               for e in make()]
+               for e in make() if not args.entries or e.name in args.entries.split(",")]
     started = time.time()
     rows = []
     context = multiprocessing.get_context("spawn")
@@ -73,17 +75,25 @@ def main() -> int:
             print(f"{lesson[:2]} {e.name:<38} {done['seconds']:6.1f}s lost "
                   f"{','.join(c.split('.')[1] for c in sorted(done['lost'])) or '-':<60} "
                   f"{'agrees' if problem is None else 'DIFFERS: ' + problem}", flush=True)
-    order = {(lesson, e.name): i for i, (lesson, e) in enumerate(entries)}
-    rows.sort(key=lambda r: order[(r["lesson"], r["entry"])])
     previous = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
-    ran = {lesson for lesson, _ in entries}
-    rows = [r for r in previous.get("rows", []) if r["lesson"] not in ran] + rows
-    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, no GPU used",
-              "command": "python benchmarks/gpu_banks_without_gpu.py " + " ".join(sys.argv[1:]),
-              "entries": len(rows), "agree": sum(1 for r in rows if r.get("agrees")), "rows": rows}
-    if "rerun" in previous:  # notes on rows graded again by hand (date, what changed): kept with the rows
-        report["rerun"] = previous["rerun"]
+    ran = {(lesson, e.name) for lesson, e in entries}
+    kept = [r for r in previous.get("rows", []) if (r["lesson"], r["entry"]) not in ran
+            and (args.entries or r["lesson"] not in {lesson for lesson, _ in entries})]
+    bank = {(lesson, e.name): i for i, (lesson, e) in enumerate(
+        (lesson, e) for lesson, make in banks.BANKS.items() for e in make())}
+    rows = sorted(kept + rows, key=lambda r: bank.get((r["lesson"], r["entry"]), len(bank)))
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, no GPU used"
+    command = "python benchmarks/gpu_banks_without_gpu.py " + " ".join(sys.argv[1:])
+    report = {"date": now, "machine": machine, "command": command}
+    if args.entries:  # a few rows graded again: the file's run stays what it was, this one is noted
+        report = {k: previous.get(k, v) for k, v in report.items()}
+    report.update(entries=len(rows), agree=sum(1 for r in rows if r.get("agrees")), rows=rows)
+    rerun = previous.get("rerun", "")  # notes on rows graded again (date, what changed): kept with the rows
+    if args.entries:
+        rerun = (rerun + "  " if rerun else "") + f"{now[:10]}: {len(entries)} entries graded again ({machine}): `{command}`."
+    if rerun:
+        report["rerun"] = rerun
     args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(f"\n{report['agree']} of {len(rows)} entries agree; {time.time() - started:.0f} s; wrote {args.out}")
     return 0
