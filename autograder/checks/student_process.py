@@ -381,9 +381,9 @@ def _library_pages(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/smaps") as handle:
             for line in handle:
-                if line[:1] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
-                    path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
-                    library = path.startswith(LIBRARY_FOLDERS)
+                if line[:1] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:  # a mapping's header line
+                    fields = line.split(None, 5)
+                    library = len(fields) == 6 and fields[5].strip().startswith(LIBRARY_FOLDERS)
                 elif library and line.startswith(("Rss:", "Anonymous:")):
                     size = int(line.split()[1]) * 1024
                     total += size if line[0] == "R" else -size
