@@ -129,6 +129,23 @@ def test_sigterm_and_ctrl_c_stop_cleanly_in_one_line(clean, tmp_path):
     assert_ends_with_the_clean_grades(start(folder), folder, clean)
 
 
+def test_a_signal_during_a_submit_waits_for_the_worker_it_starts():
+    """SIGTERM while a submit starts a spawned worker (the CI's «EOFError: Ran out of input» traceback, printed by a
+    worker whose start-up data never came): the submit ends first, then the run stops."""
+    class Pool:
+        def submit(self, function, sub):
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered here, between the worker's start and its data
+            time.sleep(0.05)
+            self.submitted = sub
+            return "future"
+
+    pool = Pool()
+    with parallel._stop_on_signals() as state:
+        with pytest.raises(parallel.Stopped, match="SIGTERM"):
+            parallel._submit(pool, "alice", state)
+    assert pool.submitted == "alice"
+
+
 def test_a_dead_worker_fails_nothing(clean, tmp_path):
     """One worker killed mid-run: its submission is graded again in a new pool, nothing fails."""
     folder = faults_class(tmp_path)

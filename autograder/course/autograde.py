@@ -276,7 +276,7 @@ def _grade_all(course: CourseFolder, todo: list[Submission], summary: Summary, s
                 while (waiting or running) and not broken:
                     while waiting and len(running) < summary.workers:
                         sub = waiting.pop(0)
-                        running[pool.submit(_grade, sub)] = sub
+                        running[_submit(pool, sub, state)] = sub
                     done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
                     for future in done:
                         sub = running.pop(future)
@@ -308,6 +308,13 @@ def _grade_all(course: CourseFolder, todo: list[Submission], summary: Summary, s
         if pool is not None:
             _stop_pool(pool)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _submit(pool, sub: Submission, state):
+    """``pool.submit(_grade, sub)``, a signal waiting for its end: a submit may start a worker, and a spawned worker
+    whose start is cut short reads no start-up data from its pipe and prints a traceback into the terminal."""
+    with _critical(state):
+        return pool.submit(_grade, sub)
 
 
 def _stop_pool(pool) -> None:

@@ -51,7 +51,7 @@ from ..checks.core import CheckResult, get_check, shorten
 from ..checks.failures import signal_meaning, signal_name
 from .guard.state import loaded_modules
 from .home import private_home, worker_environment
-from .worker import STAGE, STARTED
+from .worker import STAGE, STARTED, STARTUP_CPU
 
 def _reap_children() -> None:
     """A grader started with SIGCHLD ignored (inherited from whatever launched it) cannot read a
@@ -216,7 +216,7 @@ def _run_check_once(check_id: str, payloads: list[bytes], cases: list | None, *,
         with open(out_path, "ab") as out, open(output_path, "ab") as output, \
                 _worker(check, env, box, out, output, fork=False if launcher else fork, launcher=launcher) as process:
             try:
-                wait_for_worker(process, request, timeout)
+                wait_for_worker(process, request, timeout, lambda: startup_cpu(_head(out_path), stage_token))
             except subprocess.TimeoutExpired:
                 _kill_group(process)
                 process.wait()
@@ -290,10 +290,11 @@ def _check_folders(parent: str | None):
 OVERLOADED_WALL_LIMITS = 4
 
 
-def wait_for_worker(process, request: bytes, timeout: float) -> None:
+def wait_for_worker(process, request: bytes, timeout: float, startup=lambda: 0.0) -> None:
     """Write the request and wait for the worker to end, within the check's time limit; raise TimeoutExpired
     when it did not.  Where the limit passes on an overloaded machine, wait on while the worker (its processes,
-    or the fork server's, whose only busy child it is) has had less CPU time than the limit, up to
+    or the fork server's, whose only busy child it is) has had less CPU time than the limit, its own start-up
+    (``startup()``: the seconds the worker signed before the student's code) not counted, up to
     OVERLOADED_WALL_LIMITS limits in all: a correct check that waited for a core is not an endless loop."""
     root = process.server.process.pid if isinstance(process, fork_server.ForkedWorker) else process.pid
     before = cpu_time.tree_seconds(root)
@@ -304,7 +305,7 @@ def wait_for_worker(process, request: bytes, timeout: float) -> None:
     except subprocess.TimeoutExpired:
         pass
     while (left := end - time.monotonic()) > 0 and cpu_time.overloaded() \
-            and cpu_time.tree_seconds(root) - before < timeout:
+            and cpu_time.tree_seconds(root) - before < timeout + startup():
         try:
             process.communicate(None, timeout=min(1.0, left))
             return
@@ -319,6 +320,28 @@ def on_emulator_here(check) -> bool:
     """A GPU check on a machine without an NVIDIA device node: it can only run on the PTX emulator (or say
     «нужен GPU»), so it needs no GPU in its sandbox and is forked by the CPU checks' server."""
     return check.needs_gpu and not sandbox_module.gpu_devices()
+
+
+def startup_cpu(head: bytes, stage_token: str) -> float:
+    """The CPU seconds a worker signed before the student's code (worker.STARTUP_CPU); 0.0 before that line.  Only
+    the first such line counts: the worker writes it before any student code exists."""
+    marker = STAGE + STARTUP_CPU
+    for line in signed_lines(head, stage_token):
+        if line.startswith(marker):
+            try:
+                return max(0.0, float(line[len(marker):]))
+            except ValueError:
+                return 0.0
+    return 0.0
+
+
+def _head(path: str, limit: int = 4096) -> bytes:
+    """The first ``limit`` bytes of a worker's reply file (its stage lines); b"" if none."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit)
+    except OSError:
+        return b""
 
 
 def _tail(path: str, limit: int = 64 * 1024) -> bytes:
@@ -393,7 +416,8 @@ def signed_lines(out: bytes, nonce: str) -> list[str]:
 def _parse_reply(check, returncode: int, nonce: str, stage_token: str, out: bytes, err: bytes) -> CheckResult:
     lines = signed_lines(out, stage_token)
     started = STARTED in lines  # the worker got as far as the student's code
-    stages = [line[len(STAGE):] for line in lines if line.startswith(STAGE)]
+    stages = [line[len(STAGE):] for line in lines
+              if line.startswith(STAGE) and not line.startswith(STAGE + STARTUP_CPU)]
     replies = signed_lines(out, nonce)
     if not replies and not started:
         where = LOST_AT.get(stages[-1] if stages else None, "перед запуском вашего кода")
