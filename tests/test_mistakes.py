@@ -137,3 +137,29 @@ def test_a_variant_that_cannot_run_or_be_read_says_nothing():
     x = np.arange(3.0)
     variants = {"падает": lambda a: 1 / 0, "строка": lambda a: "abc", "сдвиг": lambda a: a + 1}
     assert identify((x + 1).astype(np.float32), x, variants, (x,), close=arrays_close(1e-5, 1e-5)) == "сдвиг"
+
+
+def test_a_python_float_in_a_float_parameter_is_the_low_word_of_a_double():
+    """What CuPy's RawKernel gives a kernel's `float` parameter for a Python float (the stand-in's marshalling
+    does the same: autograder/gpu/emulated_cupy.marshalled)."""
+    from autograder.gpu import emulated_cupy
+
+    for value, read in ((0.125, 0.0), (1e-6, -3.0819791e-19), (0.01, 89128.96)):
+        assert reference.python_float_as_float_parameter(value) == np.float32(read)
+        assert np.frombuffer(emulated_cupy.marshalled(value)[:4], np.float32)[0] == np.float32(read)
+
+
+def test_eps_and_the_scale_as_python_floats_are_named_in_lessons_07_and_08():
+    """A kernel that read eps (07) or 1/sqrt(d) (08) from a double: the hint says to pass np.float32."""
+    from autograder.lessons.lesson08 import checks as lesson08
+
+    x, w, eps = rms_inputs(1e-2)
+    got = reference.rms_norm(x, w, reference.python_float_as_float_parameter(eps)).astype(np.float32)
+    named07 = mistake_of(lambda: compare_or_name(got, reference.rms_norm(x, w, eps), inputs=(x, w, eps),
+                                                 variants=reference.GPU_RMS_NORM_MISTAKES, case="eps=1e-2"))
+    q, k, v = (normal((1, 64, 64), seed) for seed in (0, 1, 2))
+    uniform = np.broadcast_to(v.astype(np.float64).mean(axis=1, keepdims=True), v.shape)  # scale 0 for d = 64
+    named08 = mistake_of(lambda: compare_or_name(uniform.astype(np.float32), lesson08.oracle(q, k, v),
+                                                 inputs=(q, k, v, False), variants=lesson08.MISTAKES, case="d=64"))
+    for named in (named07, named08):
+        assert named is not None and "число Python" in named and "np.float32" in named, named

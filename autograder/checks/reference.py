@@ -72,6 +72,27 @@ RMS_NORM_MISTAKES = {
 }
 
 
+# --- a Python float passed to a CUDA kernel's float parameter (lessons 07 and 08) ----------------
+
+def python_float_as_float_parameter(value: float) -> np.float32:
+    """What a kernel's ``float`` parameter holds when ``cupy.RawKernel`` is given the Python float ``value``: CuPy
+    passes a double (8 bytes) and the driver reads the parameter's 4 bytes from its start, the double's low word
+    (as autograder.gpu.emulated_cupy.marshalled does without a GPU): -3.1e-19 for 1e-6, 0.0 for 0.125."""
+    return np.array([value], dtype=np.float64).view(np.float32)[0]
+
+
+def _eps_as_python_float(x, w, eps=1e-6):
+    return rms_norm(x, w, python_float_as_float_parameter(eps))
+
+
+PYTHON_FLOAT_ADVICE = ("CuPy передаёт число Python (float) в ядро как double (8 байт), а параметр float читает из "
+                       "него 4 младших байта — мусор; оберните его: np.float32(...)")
+
+#: Lesson 07's known wrong variants: lesson 02's and the kernel's own.
+GPU_RMS_NORM_MISTAKES = {**RMS_NORM_MISTAKES,
+                         f"eps передан в ядро как число Python: {PYTHON_FLOAT_ADVICE}": _eps_as_python_float}
+
+
 def add_rms_norm(x, residual, w, eps: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
     """(rms_norm(x + residual), x + residual): the pre-norm block's residual add fused in."""
     h = _f64(x) + _f64(residual)

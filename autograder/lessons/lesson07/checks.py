@@ -44,7 +44,7 @@ def _run_case(fn, c: dict, *, hint: str = "") -> float:
     case = describe_case(**{**c, "eps": eps})
     got = gpu.run_student(fn, gpu.device(x), gpu.device(w), eps, case=case, what=WHAT)
     got = gpu.to_host(got, shape=x.shape, case=case)
-    return compare_or_name(got, reference.rms_norm(x, w, eps), inputs=(x, w, eps), variants=reference.RMS_NORM_MISTAKES,
+    return compare_or_name(got, reference.rms_norm(x, w, eps), inputs=(x, w, eps), variants=reference.GPU_RMS_NORM_MISTAKES,
                            case=case, hint=hint)
 
 
@@ -81,7 +81,7 @@ def _device_case(c: dict):
 def _require_right(got, x, w, case: str, rows=slice(None)) -> None:
     """The output (its ``rows``) matches the oracle with eps = 1e-6, or names the known mistake."""
     compare_or_name(gpu.to_host(got, shape=x.shape, case=case)[rows], reference.rms_norm(x[rows], w, 1e-6),
-                    inputs=(x[rows], w, 1e-6), variants=reference.RMS_NORM_MISTAKES, case=case)
+                    inputs=(x[rows], w, 1e-6), variants=reference.GPU_RMS_NORM_MISTAKES, case=case)
 
 
 @gpu.gpu_check("lesson07.not_mutated", points=1, title="GPU: входы x и w не изменяются")

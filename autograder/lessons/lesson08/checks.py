@@ -64,10 +64,16 @@ def _diagonal_masked(q, k, v, causal=False):
     return reference.softmax(s) @ v
 
 
+def _scale_as_python_float(q, k, v, causal=False):
+    d = q.shape[-1]
+    return oracle(q * (reference.python_float_as_float_parameter(d ** -0.5) * np.sqrt(d)), k, v, causal)
+
+
 MISTAKES = {
     "нет масштаба 1/sqrt(d) у QKᵀ": _no_scale,
     "causal-маска не применена": _causal_ignored,
     "causal-маска без диагонали (j < i вместо j ≤ i)": _diagonal_masked,
+    f"масштаб 1/√d передан в ядро как число Python: {reference.PYTHON_FLOAT_ADVICE}": _scale_as_python_float,
 }
 
 
