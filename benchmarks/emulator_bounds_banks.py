@@ -1,6 +1,7 @@
 """AUTOGRADER_GPU_BOUNDS=emulator's own code path over every entry of the GPU banks of 06-09, on this machine's CPU.
 
     python benchmarks/emulator_bounds_banks.py [--lessons 06,07] [--pose H200] [--out FILE.json]
+    python benchmarks/emulator_bounds_banks.py --lessons 07 --entries eps_as_python_float --out FILE.json  # merged
 
 On a GPU machine with ``AUTOGRADER_GPU_BOUNDS=emulator`` a bounds-and-races check runs its values on the GPU and its
 bounds and races in a worker posing as a GPU on the PTX emulator (``autograder.gpu.sanitizer.emulator_check``).  Here,
@@ -74,6 +75,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lessons", default=",".join(LESSONS))
     parser.add_argument("--pose", default="H200", choices=("T4", "H200"))
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--entries", default="", help="only these entries (comma-separated); --out keeps the others' rows")
     args = parser.parse_args(argv)
     os.environ["AUTOGRADER_GPU_BOUNDS"] = "emulator"
     import test_gpu_lessons as banks
@@ -84,6 +86,8 @@ def main(argv=None) -> int:
     for number in args.lessons.split(","):
         lesson = LESSONS[number.strip()]
         for entry in banks.BANKS[lesson]():
+            if args.entries and entry.name not in args.entries.split(","):
+                continue
             started = time.perf_counter()
             lost, messages = entry_losses(lesson, entry, args.pose)
             expected = {c for c in entry.loses if bounds_check(c)}
@@ -101,10 +105,16 @@ def main(argv=None) -> int:
     print(f"\n{agree} of {len(rows)} entries lose on the emulator's branch the bounds-and-races checks they lose "
           f"under compute-sanitizer on the H200 (pose {args.pose})")
     if args.out:
-        report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  "machine": f"{platform.machine()}, {os.cpu_count()} cores, no GPU used", "pose": args.pose,
-                  "command": "python benchmarks/emulator_bounds_banks.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                  "entries": len(rows), "agree": agree, "rows": rows}
+        from bank_rows import merged
+
+        previous = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
+        machine = f"{platform.machine()}, {os.cpu_count()} cores, no GPU used"
+        command = "python benchmarks/emulator_bounds_banks.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        run = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "machine": machine, "pose": args.pose, "command": command}
+        report = merged(previous, rows, {(r["lesson"], r["entry"]) for r in rows}, only_entries=bool(args.entries),
+                        bank_order=[(lesson, e.name) for lesson in LESSONS.values() for e in banks.BANKS[lesson]()],
+                        run=run, machine=machine, command=command)
         args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return 0 if agree == len(rows) else 1
 

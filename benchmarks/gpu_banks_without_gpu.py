@@ -75,27 +75,17 @@ def main() -> int:
             print(f"{lesson[:2]} {e.name:<38} {done['seconds']:6.1f}s lost "
                   f"{','.join(c.split('.')[1] for c in sorted(done['lost'])) or '-':<60} "
                   f"{'agrees' if problem is None else 'DIFFERS: ' + problem}", flush=True)
+    from bank_rows import merged
+
     previous = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
-    ran = {(lesson, e.name) for lesson, e in entries}
-    kept = [r for r in previous.get("rows", []) if (r["lesson"], r["entry"]) not in ran
-            and (args.entries or r["lesson"] not in {lesson for lesson, _ in entries})]
-    bank = {(lesson, e.name): i for i, (lesson, e) in enumerate(
-        (lesson, e) for lesson, make in banks.BANKS.items() for e in make())}
-    rows = sorted(kept + rows, key=lambda r: bank.get((r["lesson"], r["entry"]), len(bank)))
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, no GPU used"
     command = "python benchmarks/gpu_banks_without_gpu.py " + " ".join(sys.argv[1:])
-    report = {"date": now, "machine": machine, "command": command}
-    if args.entries:  # a few rows graded again: the file's run stays what it was, this one is noted
-        report = {k: previous.get(k, v) for k, v in report.items()}
-    report.update(entries=len(rows), agree=sum(1 for r in rows if r.get("agrees")), rows=rows)
-    rerun = previous.get("rerun", "")  # notes on rows graded again (date, what changed): kept with the rows
-    if args.entries:
-        rerun = (rerun + "  " if rerun else "") + f"{now[:10]}: {len(entries)} entries graded again ({machine}): `{command}`."
-    if rerun:
-        report["rerun"] = rerun
+    report = merged(previous, rows, {(lesson, e.name) for lesson, e in entries}, only_entries=bool(args.entries),
+                    bank_order=[(lesson, e.name) for lesson, make in banks.BANKS.items() for e in make()],
+                    run={"date": now, "machine": machine, "command": command}, machine=machine, command=command)
     args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    print(f"\n{report['agree']} of {len(rows)} entries agree; {time.time() - started:.0f} s; wrote {args.out}")
+    print(f"\n{report['agree']} of {report['entries']} entries agree; {time.time() - started:.0f} s; wrote {args.out}")
     return 0
 
 
