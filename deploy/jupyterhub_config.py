@@ -8,8 +8,9 @@ Users log in with their Unix password (PAM).  Every server is started by deploy/
 it the lab of `make lab` (the repository's .jupyter/).  This is nbgrader's documented "one class, one grader"
 setup (https://nbgrader.readthedocs.io, "Using nbgrader with JupyterHub").
 
-What stays private on a machine the students share: everything the hub creates is its owner's alone (umask
-077), and the course folder's answers (solutions/, lessons/, tests/, .git, the gradebook ...) are closed to
+What stays private on a machine the students share: every user's home is closed to the others as their server
+starts (autograder.course.hub.close_home), everything the hub creates is its owner's alone (umask 077), and the
+course folder's answers (solutions/, lessons/, tests/, .git, the gradebook ...) are closed to
 other users at start; students read only what `course publish` would give them, and the environment.
 
 Environment (all optional): COURSE_DIR (the instructor's course folder), COURSE_HUB_STATE (the hub's database
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder.course.hub import close_private_paths, closed_to_others, members
+from autograder.course.hub import close_home, close_private_paths, closed_to_others, members
 
 c = get_config()  # noqa: F821 (provided by JupyterHub)
 
@@ -82,15 +83,19 @@ c.Spawner.default_url = "/lab"
 c.Spawner.http_timeout = 120  # a first start imports the lab's extensions: on a loaded machine, a minute
 
 
-def role_of(spawner) -> None:
-    """COURSE_ROLE for deploy/course-singleuser: instructor for the instructors' group, else student."""
+def before_start(spawner) -> None:
+    """The user's home closed to the other users (useradd makes it 755), and COURSE_ROLE for
+    deploy/course-singleuser: instructor for the instructors' group, else student."""
+    closed = close_home(spawner.user.name, passed_through=(CHECKOUT, COURSE_DIR, EXCHANGE))
+    if closed is not None:
+        spawner.log.info("course hub: %s closed to other users", closed)
     instructor = spawner.user.name in members(INSTRUCTORS)
     spawner.environment.update({"COURSE_ROLE": "instructor" if instructor else "student",
                                 "COURSE_DIR": str(COURSE_DIR), "COURSE_ID": COURSE_ID,
                                 "COURSE_EXCHANGE": str(EXCHANGE)})
 
 
-c.Spawner.pre_spawn_hook = role_of
+c.Spawner.pre_spawn_hook = before_start
 
 # --- the hub itself ----------------------------------------------------------------------------------------
 c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"

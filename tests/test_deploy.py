@@ -43,6 +43,32 @@ def test_the_course_folder_is_closed_to_other_users_but_what_they_need(tmp_path)
     assert hub.close_private_paths(course) == []  # a second start changes nothing
 
 
+def test_a_users_home_is_closed_to_the_others_as_the_server_starts(tmp_path, monkeypatch):
+    """useradd's 755 home becomes 700; one that holds the course (an instructor's) 711: the students' servers
+    pass through to the course's environment but list nothing; a home that is not the user's own is left alone."""
+    import os
+    import pwd
+
+    homes = {name: tmp_path / name for name in ("student", "teacher", "shared")}
+    for home in homes.values():
+        home.mkdir(mode=0o755)
+        home.chmod(0o755)
+    (homes["teacher"] / "course").mkdir()
+
+    def entry(name):
+        uid = os.getuid() + (1 if name == "shared" else 0)
+        return types.SimpleNamespace(pw_dir=str(homes[name]), pw_uid=uid)
+
+    monkeypatch.setattr(pwd, "getpwnam", entry)
+    course = homes["teacher"] / "course"
+    assert hub.close_home("student", passed_through=(course,)) == homes["student"].resolve()
+    assert hub.close_home("teacher", passed_through=(course,)) == homes["teacher"].resolve()
+    assert hub.close_home("shared", passed_through=(course,)) is None
+    modes = {name: stat.S_IMODE(home.stat().st_mode) for name, home in homes.items()}
+    assert modes == {"student": 0o700, "teacher": 0o711, "shared": 0o755}, {k: oct(v) for k, v in modes.items()}
+    assert hub.close_home("student") is None  # closed already: nothing to say
+
+
 def test_a_python_in_a_private_folder_is_found():
     """The hub refuses to start with a Python other users cannot run (e.g. a pyenv under /root): which folder."""
     with tempfile.TemporaryDirectory() as scratch:  # pytest's tmp_path lies in a folder only its owner enters

@@ -165,6 +165,22 @@ def hand_in(hub: Hub, student: str) -> None:
     assignment_list(hub, student, "submit")
 
 
+def assert_private_to(student: str, inbound: Path, *, other: str) -> None:
+    """Another student, from a terminal of their own (a shell as that Unix user), can neither list nor read the
+    student's home (the fetched notebook with the answers) nor list the exchange's inbound.  The submission in it is
+    readable by nbgrader's design (644, so that the instructor collects it) but named with nbgrader's 12 random
+    characters (72 bits): nobody who cannot list the folder finds it."""
+    import pwd
+
+    notebook = Path(pwd.getpwnam(student).pw_dir) / LESSON / f"{LESSON}.ipynb"
+    submitted = list(inbound.glob(f"{student}+{LESSON}+*"))
+    assert notebook.is_file() and len(submitted) == 1, (notebook, submitted)
+    assert re.fullmatch(r"[A-Za-z0-9_-]{12}", submitted[0].name.rsplit("+", 1)[1]), submitted[0].name
+    for argv in (["ls", str(notebook.parent.parent)], ["cat", str(notebook)], ["ls", str(inbound)]):
+        done = subprocess.run(["runuser", "-u", other, "--", *argv], capture_output=True, text=True)
+        assert done.returncode != 0 and "Permission denied" in done.stderr, (argv, done.stdout[:300], done.stderr)
+
+
 def gradebook_grades(course_dir: Path, students: list[str]) -> dict[str, list[grading.CellGrade]]:
     return grading.read_grades(course_dir, LESSON, students)
 
@@ -220,7 +236,7 @@ def hub(python_for_every_user):
             run("groupadd", f"{COURSE_ID}-{role}")
             created_groups.append(f"{COURSE_ID}-{role}")
         for user, role in users.items():
-            run("useradd", "--create-home", "--shell", "/bin/bash", "--gid", f"{COURSE_ID}-{role}", user)
+            run("useradd", "--create-home", "--shell", "/bin/bash", "--groups", f"{COURSE_ID}-{role}", user)
             created_users.append(user)
         subprocess.run(["chpasswd"], input=f"{RIGHT}:{PASSWORD}\n", check=True, text=True)
         course_dir = nbgrader_cli.new_course(base / "course", only=[LESSON])
@@ -305,6 +321,7 @@ def test_a_student_submits_and_the_instructor_grades_on_the_hub(released, tmp_pa
     assert_the_course_lab(hub, SAMPLE_STUDENT, student=True)
     assert_the_course_lab(hub, INSTRUCTOR, student=False)
     hand_in(hub, SAMPLE_STUDENT)
+    assert_private_to(SAMPLE_STUDENT, hub.base / "exchange" / COURSE_ID / "inbound", other=RIGHT)
     formgrader(hub, f"assignment/{LESSON}/collect")
     formgrader(hub, f"submission/{LESSON}/{SAMPLE_STUDENT}/autograde")
     graded = gradebook_grades(hub.course_dir, [SAMPLE_STUDENT])

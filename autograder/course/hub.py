@@ -41,6 +41,29 @@ def close_private_paths(course: Path) -> list[Path]:
     return closed
 
 
+def close_home(user: str, passed_through: tuple[Path, ...] = ()) -> Path | None:
+    """The user's home closed to everyone else as the hub starts their server: ``useradd --create-home`` makes it
+    755, and what nbgrader fetches into it keeps the exchange's 644, so another student could read the answers from
+    a terminal.  Mode 700 at most; 711 (others pass through, list nothing) where one of ``passed_through`` (the
+    course's checkout, its folder, the exchange: every server needs them) lies inside it.  Returns the home if it
+    was open more than that; None if not, if it is missing or if it is not the user's own (a shared folder stays)."""
+    try:
+        entry = pwd.getpwnam(user)
+        home = Path(entry.pw_dir).resolve()
+        status = home.stat()
+    except (KeyError, OSError):
+        return None
+    if status.st_uid != entry.pw_uid:
+        return None
+    inside = any(home == Path(p).resolve() or home in Path(p).resolve().parents for p in passed_through)
+    allowed = stat.S_IRWXU | (stat.S_IXGRP | stat.S_IXOTH if inside else 0)
+    mode = stat.S_IMODE(status.st_mode)
+    if not mode & ~allowed & (stat.S_IRWXG | stat.S_IRWXO):
+        return None
+    home.chmod(mode & (allowed | stat.S_ISVTX | stat.S_ISGID))
+    return home
+
+
 def closed_to_others(path: Path) -> Path | None:
     """The first folder on the way to ``path`` (symlinks resolved) that users other than its owner cannot enter,
     or ``path`` itself if they cannot run it; None if every user can."""
