@@ -42,7 +42,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course import grading, nbgrader_cli
+from autograder.course import folder as course_folder, grading, nbgrader_cli, status
 from autograder.course import paths as course
 from autograder.course.hub import closed_to_others
 from autograder.nbgrader import cells
@@ -179,6 +179,37 @@ def assert_private_to(student: str, inbound: Path, *, other: str) -> None:
     for argv in (["ls", str(notebook.parent.parent)], ["cat", str(notebook)], ["ls", str(inbound)]):
         done = subprocess.run(["runuser", "-u", other, "--", *argv], capture_output=True, text=True)
         assert done.returncode != 0 and "Permission denied" in done.stderr, (argv, done.stdout[:300], done.stderr)
+
+
+def in_terminal(hub: Hub, user: str, command: str, timeout_s: float = 60) -> str:
+    """What ``command`` prints in a new JupyterLab terminal of ``user``'s server (terminado's websocket, as the lab's
+    terminal panel talks to it), up to the line the test marks its end with."""
+    import asyncio
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    name = hub.server(user, "POST", "api/terminals")["name"]
+    url = f"{hub.url.replace('http', 'ws', 1)}/user/{user}/terminals/websocket/{name}"
+    mark = f"END-{secrets.token_hex(4)}"
+
+    async def talk() -> str:
+        socket = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {hub.tokens[user]}"}))
+        socket.write_message(json.dumps(["stdin", f"{command}; echo {mark[:4]}''{mark[4:]}\r"]))
+        seen = ""
+        while mark not in seen:
+            message = await socket.read_message()
+            assert message is not None, f"the terminal closed: {seen[-2000:]}"
+            kind, *text = json.loads(message)
+            if kind == "stdout":
+                seen += text[0]
+        socket.close()
+        return seen[:seen.index(mark)]
+
+    try:
+        return asyncio.run(asyncio.wait_for(talk(), timeout_s))
+    finally:
+        hub.server(user, "DELETE", f"api/terminals/{name}", parse=False)
 
 
 def gradebook_grades(course_dir: Path, students: list[str]) -> dict[str, list[grading.CellGrade]]:
@@ -320,9 +351,15 @@ def test_a_student_submits_and_the_instructor_grades_on_the_hub(released, tmp_pa
     hub = released
     assert_the_course_lab(hub, SAMPLE_STUDENT, student=True)
     assert_the_course_lab(hub, INSTRUCTOR, student=False)
+    venv_bin = str(Path(sys.executable).parent)
+    found = in_terminal(hub, INSTRUCTOR, "command -v nbgrader course")
+    assert f"{venv_bin}/nbgrader" in found and f"{venv_bin}/course" in found, found  # a login shell reset PATH
     hand_in(hub, SAMPLE_STUDENT)
     assert_private_to(SAMPLE_STUDENT, hub.base / "exchange" / COURSE_ID / "inbound", other=RIGHT)
     formgrader(hub, f"assignment/{LESSON}/collect")
+    collected = hub.course_dir / "submitted" / SAMPLE_STUDENT / LESSON
+    assert (collected / "submission_secret.txt").is_file()  # nbgrader's own file: no «лишний файл» for it
+    assert status.anomalies(course_folder.load(hub.course_dir), LESSON, SAMPLE_STUDENT) == []
     formgrader(hub, f"submission/{LESSON}/{SAMPLE_STUDENT}/autograde")
     graded = gradebook_grades(hub.course_dir, [SAMPLE_STUDENT])
     assert graded == course_grade(hub.course_dir, [SAMPLE_STUDENT], tmp_path)

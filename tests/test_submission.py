@@ -91,6 +91,14 @@ def test_files_named_like_modules_are_told_apart_from_helpers(tmp_path):
                      "json.py": "shadowing_file", "numpy.py": "shadowing_file", "rmshelper.py": "extra_file"}
 
 
+def test_what_nbgrader_writes_into_a_submission_is_not_an_extra_file(tmp_path):
+    """nbgrader's exchange puts timestamp.txt and submission_secret.txt into every submission: no warning for them
+    (200 false «лишний файл» lines for a class of 200), one for a file of the student's own."""
+    for name in ("x.ipynb", "timestamp.txt", "submission_secret.txt", "notes.txt"):
+        (tmp_path / name).write_text("")
+    assert [a.detail.split()[2] for a in extra_files(tmp_path, {"x.ipynb"})] == ["notes.txt"]
+
+
 def test_a_students_helper_modules_travel_by_value(tmp_path, monkeypatch):
     """Modules right beside the notebook (a file or a package) are packed by value, so the check
     process, which never sees that folder, can call into them; nothing else is."""

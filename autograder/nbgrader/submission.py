@@ -72,11 +72,16 @@ def shadowed_module(path: Path) -> str | None:
         return None
 
 
+#: What a submission holds beside the student's files: Jupyter's and Python's caches, and what nbgrader's exchange
+#: writes into every submission (``ExchangeSubmit``: the time, and the secret its feedback is filed under).
+NOT_THE_STUDENTS = frozenset({".ipynb_checkpoints", "__pycache__", "timestamp.txt", "submission_secret.txt"})
+
+
 def extra_files(folder: Path, notebooks: set[str]) -> list[Anomaly]:
-    """Files and folders of a submission other than the lesson's notebooks."""
+    """Files and folders of a submission other than the lesson's notebooks (and :data:`NOT_THE_STUDENTS`)."""
     found = []
     for path in sorted(Path(folder).iterdir()):
-        if path.name in notebooks or path.name in {".ipynb_checkpoints", "__pycache__", "timestamp.txt"}:
+        if path.name in notebooks or path.name in NOT_THE_STUDENTS:
             continue
         shadows = shadowed_module(path)
         if shadows:
