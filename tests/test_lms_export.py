@@ -169,3 +169,30 @@ def test_course_export_names_an_unknown_lesson(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Нет в gradebook: 99_nothing" in done.stderr, done.stderr
     assert not (course / "canvas.csv").exists()
+
+
+def test_course_export_leaves_out_a_lesson_never_handed_out_and_says_so(tmp_path):
+    """`make release` puts every lesson into the gradebook; one nobody submitted and without a due date is not
+    exported by default (its zeros would become an LMS column), is named in a warning, and is exported when named."""
+    course = bare_class(tmp_path / "class", {"02_fused_rmsnorm": 12.0, "03_swiglu": 10.0}, {"alice": {}},
+                        [("alice", "02_fused_rmsnorm")])
+
+    def export(*lessons: str) -> tuple[set[str], str]:
+        done = subprocess.run([sys.executable, "-m", "autograder.course.cli", "export", *lessons, "--out", "out"],
+                              cwd=course, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        exported = {r["assignment"] for r in csv.DictReader(open(course / "out" / "grades.csv", encoding="utf-8"))}
+        return exported, done.stderr
+
+    exported, said = export()
+    assert exported == {"02_fused_rmsnorm"}
+    assert "Не выгружены уроки, которые никто не сдавал и у которых нет срока сдачи: 03_swiglu" in said, said
+    assert "course export 03_swiglu" in said
+    exported, said = export("02_fused_rmsnorm", "03_swiglu")
+    assert exported == {"02_fused_rmsnorm", "03_swiglu"} and "Не выгружены" not in said
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:  # a due date: handed out, nobody submitted
+        gradebook.update_or_create_assignment("03_swiglu", duedate="2026-12-01 23:59:00 UTC")
+    exported, said = export()
+    assert exported == {"02_fused_rmsnorm", "03_swiglu"} and "Не выгружены" not in said

@@ -162,7 +162,7 @@ def cmd_export(args) -> int:
 
     course_folder = folder.load(args.course)
     folder.require_gradebook(course_folder)
-    lessons = folder.select_lessons(course_folder.lessons(), args.lesson)
+    lessons = folder.select_lessons(course_folder.lessons(), args.lesson) if args.lesson else ()
     written, warnings = export_csv.export_files(course_folder, Path(args.out), lessons)
     for path in written:
         print(f"записан {path}")
@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="class_report.html", help="куда записать HTML")
     p.set_defaults(run=cmd_report)
     p = sub.add_parser("export", help="оценки класса: grades.csv, canvas.csv и moodle.csv для импорта в LMS")
-    p.add_argument("lesson", nargs="*", help="уроки (по умолчанию все из gradebook)")
+    p.add_argument("lesson", nargs="*", help="уроки (по умолчанию выданные: со сданными работами или сроком сдачи)")
     p.add_argument("--course", default=".", help="папка курса nbgrader (по умолчанию текущая)")
     p.add_argument("--out", default=".", help="папка, куда записать три файла (по умолчанию текущая)")
     p.set_defaults(run=cmd_export)

@@ -48,12 +48,34 @@ def write_rows(dest, found: list[dict]) -> Path:
     return Path(dest)
 
 
+def handed_out(course, gradebook: Gradebook) -> list[str]:
+    """The lessons of the gradebook the class has been given: one with a due date, or one somebody submitted
+    (``submitted/<student>/<lesson>/``).  ``make release`` puts every lesson into the gradebook; the others were never
+    handed out, and their zeros would make columns in an LMS."""
+    submitted = course.path(course.coursedir().submitted_directory, ".", ".")
+    return sorted(a.name for a in gradebook.assignments
+                  if a.duedate is not None or any(p.is_dir() for p in submitted.glob(f"*/{a.name}")))
+
+
 def export_files(course, out: Path, lessons=()) -> tuple[list[Path], list[str]]:
-    """``course export``: grades.csv (this module's columns), canvas.csv and moodle.csv (:mod:`lms`) in ``out``;
-    returns the files written and the warnings (Russian: students the LMS cannot find, and what to fill in)."""
+    """``course export``: grades.csv (this module's columns), canvas.csv and moodle.csv (:mod:`lms`) in ``out``, for
+    ``lessons`` or, if none is named, for the lessons :func:`handed_out`; returns the files written and the
+    warnings (Russian: lessons left out, students the LMS cannot find, and what to do)."""
     from ..nbgrader.gradebook import open_gradebook
 
+    notes = []
     with open_gradebook(course.coursedir().db_url) as gradebook:
+        if not lessons:
+            lessons = handed_out(course, gradebook)
+            left_out = sorted(a.name for a in gradebook.assignments if a.name not in lessons)
+            if not lessons:
+                raise ValueError("ни один урок не выдан: нет ни сданных работ, ни срока сдачи в gradebook — "
+                                 "экспортировать нечего. Назовите уроки (course export 02_fused_rmsnorm …), "
+                                 "чтобы выгрузить их всё равно.")
+            if left_out:
+                notes.append(f"Не выгружены уроки, которые никто не сдавал и у которых нет срока сдачи: "
+                             f"{', '.join(left_out)}. Чтобы выгрузить урок всё равно, назовите его: "
+                             f"course export {left_out[0]} …")
         found = rows(course, gradebook, lessons=list(lessons))
     if not found:
         raise ValueError("в gradebook нет ни одного студента и ни одной сданной работы: экспортировать нечего "
@@ -65,7 +87,7 @@ def export_files(course, out: Path, lessons=()) -> tuple[list[Path], list[str]]:
     moodle, moodle_warnings = lms.moodle_table(grades)
     written = [write_rows(out / GRADES_FILE, found), lms.write_table(out / CANVAS_FILE, canvas),
                lms.write_table(out / MOODLE_FILE, moodle)]
-    return written, canvas_warnings + moodle_warnings
+    return written, notes + canvas_warnings + moodle_warnings
 
 
 def rows(course, gradebook: Gradebook, lessons=(), students=()) -> list[dict]:
