@@ -18,6 +18,7 @@ $(VENV)/.installed: pyproject.toml
 # for `make hub` and its test (tests/test_hub.py). Needs node and npm (.ci/run installs them).
 NODE_MODULES := node_modules/.installed
 $(NODE_MODULES): package.json package-lock.json
+	@command -v npm >/dev/null || { echo "Нужны Node.js и npm (прокси JupyterHub для make hub и его теста): sudo apt-get install npm"; exit 1; }
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 

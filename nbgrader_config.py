@@ -52,6 +52,13 @@ use_course_autograde()
 # in a student's inbound folder would be copied as its contents: autograder/nbgrader/collect.py).
 c.ExchangeFactory.collect = "autograder.nbgrader.collect.CollectWithoutLinks"
 
+# Late work (submitted after the assignment's due date): nbgrader marks it late; the penalty is the course's
+# (autograder/course/late_penalty.py): percent_per_day of the score per started day, after grace_minutes.
+# 0 (as here): late work is flagged in the gradebook, grades.csv and the report, and loses nothing.
+c.AssignLatePenalties.plugin_class = "autograder.course.late_penalty.LatePenalty"
+c.LatePenalty.percent_per_day = 0
+c.LatePenalty.grace_minutes = 0
+
 # `nbgrader export`: a status column (не сдана / сдана, не проверена / проверена) and no 0.0 for
 # work that could not be graded (autograder/grades_csv.py).
 c.ExportApp.plugin_class = "autograder.course.export_csv.CourseCsvExport"

@@ -21,6 +21,7 @@ folder to pass through while it runs (:func:`python_for_every_user`).
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -271,6 +272,8 @@ def hub(python_for_every_user):
             created_users.append(user)
         subprocess.run(["chpasswd"], input=f"{RIGHT}:{PASSWORD}\n", check=True, text=True)
         course_dir = nbgrader_cli.new_course(base / "course", only=[LESSON])
+        with (course_dir / "nbgrader_config.py").open("a") as config:  # the late student loses 10 % (a day begun)
+            config.write("\nc.LatePenalty.percent_per_day = 10\n")
         run("chown", "-R", f"{INSTRUCTOR}:", str(course_dir))
 
         port, token = free_port(), secrets.token_hex(16)
@@ -394,8 +397,16 @@ def test_a_class_on_the_hub(released, tmp_path):
     full = full_marks(graded[RIGHT])
     assert totals[RIGHT] == totals[LATE] == full and 0 < totals[WRONG] < full, totals
     with open_gradebook(f"sqlite:///{hub.course_dir / 'gradebook.db'}") as gradebook:
-        late = {s: gradebook.find_submission(LESSON, s).total_seconds_late for s in students}
-    assert late[LATE] > 0 and late[RIGHT] == late[WRONG] == 0, late
+        found = {s: gradebook.find_submission(LESSON, s) for s in students}
+        late = {s: (sub.total_seconds_late, sub.late_submission_penalty, sub.score) for s, sub in found.items()}
+    assert late[LATE][0] > 0 and late[RIGHT][:2] == late[WRONG][:2] == (0, 0), late
+    assert late[LATE][1] == pytest.approx(0.1 * late[LATE][2]), late  # c.LatePenalty.percent_per_day = 10
+    from autograder.course import export_csv
+
+    export_csv.export_files(course_folder.load(hub.course_dir), tmp_path / "export")
+    exported = {r["student_id"]: r for r in csv.DictReader(open(tmp_path / "export" / "grades.csv", encoding="utf-8"))}
+    assert float(exported[LATE]["late_submission_penalty"]) == pytest.approx(late[LATE][1]) \
+        and float(exported[LATE]["score"]) == pytest.approx(0.9 * late[LATE][2]), exported[LATE]
 
     formgrader(hub, f"assignment/{LESSON}/generate_feedback")
     formgrader(hub, f"assignment/{LESSON}/release_feedback")

@@ -20,7 +20,8 @@ from . import lms
 from . import status as status_module
 
 COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
-           "lms_user_id", "raw_score", "late_submission_penalty", "score", "max_score", "status", "reason"]
+           "lms_user_id", "raw_score", "seconds_late", "late_submission_penalty", "score", "max_score", "status",
+           "reason"]
 
 
 class CourseCsvExport(ExportPlugin):
@@ -110,13 +111,14 @@ def rows(course, gradebook: Gradebook, lessons=(), students=()) -> list[dict]:
                    "email": getattr(person, "email", "") or "",
                    "lms_user_id": getattr(person, "lms_user_id", "") or "", "max_score": assignment.max_score,
                    "status": state.state.value, "reason": state.reason, "timestamp": "",
-                   "raw_score": "", "late_submission_penalty": "", "score": ""}
+                   "raw_score": "", "seconds_late": "", "late_submission_penalty": "", "score": ""}
             try:
                 submission = gradebook.find_submission(assignment.name, student)
             except MissingEntry:
                 submission = None
             if submission is not None:
                 row["timestamp"] = submission.timestamp or ""
+                row["seconds_late"] = round(submission.total_seconds_late or 0.0)
             if submission is not None and state.state is status_module.State.GRADED:
                 penalty = submission.late_submission_penalty or 0.0
                 row.update(raw_score=submission.score, late_submission_penalty=penalty,

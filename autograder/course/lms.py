@@ -21,7 +21,8 @@ nbgrader's ``lms_user_id``), else by name ("Last, First"); without an id the imp
 Moodle (Grades > Import > CSV file; grade/import/csv/classes/load_data.php): free headers, mapped by hand on the
 preview page; the student is found by the column mapped to "Email address".  A row whose email is empty or
 unknown stops the whole import, so a student without an email is left out (and named in a warning).  Each
-lesson has a feedback column beside its grade (the state in words), so the two kinds of empty grade differ there.
+lesson has a feedback column beside its grade (the state in words, and how late with what penalty), so the two
+kinds of empty grade differ there.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..checks.core import format_points
+from . import late_penalty
 from .status import State
 
 CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
@@ -64,6 +66,12 @@ class Person:
 class Grade:
     state: State
     score: float | None = None  # only when graded
+    late: str = ""  # how late and what it cost (late_penalty.describe); "" on time
+
+    @property
+    def feedback(self) -> str:
+        """The state in words, and the lateness where there was one (Moodle's feedback column)."""
+        return f"{self.state.value}; {self.late}" if self.late else self.state.value
 
 
 @dataclasses.dataclass
@@ -91,8 +99,10 @@ def class_grades(rows: Iterable[dict]) -> ClassGrades:
         people[row["student_id"]] = Person(row["student_id"], row["first_name"], row["last_name"], row["email"],
                                            row.get("lms_user_id", ""))
         state = State(row["status"])
-        grades[(row["student_id"], row["assignment"])] = Grade(
-            state, float(row["score"]) if state is State.GRADED else None)
+        graded = state is State.GRADED
+        late = late_penalty.describe(float(row.get("seconds_late") or 0),
+                                     float(row.get("late_submission_penalty") or 0) if graded else None)
+        grades[(row["student_id"], row["assignment"])] = Grade(state, float(row["score"]) if graded else None, late)
     return ClassGrades(dict(sorted(lessons.items())), sorted(people.values(), key=lambda p: p.id), grades)
 
 
@@ -121,8 +131,8 @@ def moodle_table(grades: ClassGrades) -> tuple[list[list[str]], list[str]]:
             continue
         row = [person.first_name, person.last_name, person.email]
         for lesson in grades.lessons:
-            state = grades.grades.get((person.id, lesson), Grade(State.NOT_SUBMITTED)).state
-            row += [grades.cell(person.id, lesson), state.value]
+            grade = grades.grades.get((person.id, lesson), Grade(State.NOT_SUBMITTED))
+            row += [grades.cell(person.id, lesson), grade.feedback]
         table.append(row)
     without = [p.id for p in grades.people if not p.email]
     warnings = [f"Moodle: студенты без email не записаны ({_some(without)}): Moodle находит студента по email, а "

@@ -25,7 +25,7 @@ import nbformat
 
 from ..nbgrader import cells
 from ..checks import verdicts
-from . import status as status_module
+from . import late_penalty, status as status_module
 from ..checks.core import format_points
 from ..nbgrader.gradebook import open_gradebook
 from .folder import CourseFolder, load, quiet, require_gradebook, select_lessons
@@ -60,6 +60,7 @@ class LessonStats:
     ungraded: tuple[tuple[str, str], ...] = ()  # (student, why): submitted, could not be graded
     not_submitted: tuple[str, ...] = ()  # students of the gradebook without a submission
     unsandboxed: tuple[str, ...] = ()  # graded without the OS sandbox (--no-sandbox, or an older grader)
+    late: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)  # student -> (s late, penalty)
 
     @property
     def students(self) -> int:
@@ -112,6 +113,7 @@ def collect(course: CourseFolder, lesson: str) -> LessonStats:
     named_in: dict[str, set[str]] = collections.defaultdict(set)
     unread = 0
     blank, unsandboxed = [], []
+    late: dict[str, tuple[float, float]] = {}
     ungraded: list[tuple[str, str]] = []
     with open_gradebook(course.coursedir().db_url) as gradebook:
         assignment = gradebook.find_assignment(lesson)
@@ -130,7 +132,10 @@ def collect(course: CourseFolder, lesson: str) -> LessonStats:
                 ungraded.append((student, state.reason))
                 continue
             submission = submissions[student]
-            totals[student] = float(submission.score)
+            penalty = float(submission.late_submission_penalty or 0.0)
+            totals[student] = max(0.0, float(submission.score) - penalty)
+            if submission.total_seconds_late > 0:
+                late[student] = (float(submission.total_seconds_late), penalty)
             lost = set()
             answers = [c.auto_comment for nb in submission.notebooks for c in nb.comments]
             if answers and all(comment == "No response." for comment in answers):
@@ -167,7 +172,7 @@ def collect(course: CourseFolder, lesson: str) -> LessonStats:
     mistakes = tuple(sorted((MistakeStats(lesson, m, tuple(sorted(s)), tuple(sorted(named_in[m])))
                              for m, s in named.items()), key=lambda m: (-len(m.students), m.mistake)))
     return LessonStats(lesson, max_score, totals, checks, mistakes, unread, tuple(blank),
-                       tuple(ungraded), tuple(not_submitted), tuple(sorted(set(unsandboxed))))
+                       tuple(ungraded), tuple(not_submitted), tuple(sorted(set(unsandboxed))), late)
 
 
 def class_stats(folder: Path | str, lessons: Iterable[str] = (), *, only_gpu: bool = False,
@@ -297,7 +302,12 @@ def student_rows(lessons: list[LessonStats]) -> list[dict]:
     cells: dict[str, dict[str, str]] = collections.defaultdict(dict)
     for stats in lessons:
         for student, total in stats.totals.items():
-            note = " (не приступал)" if student in stats.blank else ""
+            notes = []
+            if student in stats.blank:
+                notes.append("не приступал")
+            if student in stats.late:
+                notes.append(late_penalty.describe(*stats.late[student]))
+            note = f" ({'; '.join(notes)})" if notes else ""
             cells[student][stats.lesson] = f"{total:g} из {format_points(stats.max_score)}{note}"
         for student, why in stats.ungraded:
             cells[student][stats.lesson] = f"не проверена: {why}"
