@@ -111,11 +111,11 @@ def make_class(folder: Path, students: dict) -> Path:
     return folder
 
 
-def grades(folder: Path) -> dict[str, dict[str, float | None]]:
+def grades(folder: Path, lesson: str = LESSON) -> dict[str, dict[str, float | None]]:
     """student -> {cell: auto_score} straight from the gradebook (NULL stays None)."""
     with course_folder.quiet(), Gradebook(f"sqlite:///{folder / 'gradebook.db'}") as gradebook:
         return {sub.student.id: {g.name: g.auto_score for nb in sub.notebooks for g in nb.grades}
-                for sub in gradebook.find_assignment(LESSON).submissions}
+                for sub in gradebook.find_assignment(lesson).submissions}
 
 
 def forget_scores(folder: Path, students=None) -> None:

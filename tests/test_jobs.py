@@ -42,7 +42,7 @@ from autograder.course import cli, folder
 
 args = cli.build_parser().parse_args(sys.argv[1:])
 with open(os.environ["COURSE_CALLS"], "a") as log:
-    log.write(json.dumps({{"cwd": os.getcwd(), "argv": sys.argv[1:]}}) + "\\n")
+    log.write(json.dumps({{"cwd": os.getcwd(), "argv": sys.argv[1:], "files": sorted(os.listdir("."))}}) + "\\n")
 if args.command == "autograde":
     course = folder.load(args.course)
     chosen = folder.select_lessons(course.lessons(), args.lesson, only_gpu=args.only_gpu, skip_gpu=args.skip_gpu)
@@ -113,9 +113,13 @@ def sbatch_options(script: str) -> dict[str, str]:
 def test_slurm_array_tasks_grade_each_gpu_submission_once_then_the_merge_records_every_shard(course_class, stand_in,
                                                                                            tmp_path):
     shards = 4
+    for name in (".venv", ".git", "node_modules", ".hub", "feedback"):  # not grading's
+        (course_class / name).mkdir()
+        (course_class / name / "big").write_text("x")
     script = jobs.render("slurm", course_class, shards)
     options = sbatch_options(script)
-    assert options["array"] == f"0-{shards - 1}" and options["gres"] == "gpu:1"
+    assert options["array"] == f"0-{shards - 1}" and options["gres"] == "gpu:1" and options["cpus-per-task"] == "8"
+    assert not {"partition", "time", "mem"} & set(options)  # the site's defaults
     path = tmp_path / "grade.sbatch"
     path.write_text(script)
     for task in range(shards):  # Slurm numbers an array's tasks from 0
@@ -128,6 +132,7 @@ def test_slurm_array_tasks_grade_each_gpu_submission_once_then_the_merge_records
     assert [a.shard for a in parsed] == [(k, shards) for k in range(1, shards + 1)]
     assert all(a.only_gpu and a.lesson == GPU_LESSONS and a.workers == 1 for a in parsed)
     assert all(Path(c["cwd"]) != course_class for c in graded)  # a private copy, never the class gradebook
+    assert all(c["files"] == ["gradebook.db", "nbgrader_config.py", "submitted"] for c in graded), graded[0]["files"]
     assert_each_submission_once_in_its_shard(course_class, shards)
     assert not (course_class / "autograded").exists() and not list(tmp_path.glob("course-shard-*"))
 
@@ -144,6 +149,16 @@ def test_slurm_array_tasks_grade_each_gpu_submission_once_then_the_merge_records
     merged = [cli.build_parser().parse_args(c["argv"]) for c in calls(stand_in) if c["argv"][0] == "merge"]
     assert [a.folder for a in merged] == [f"{jobs.RESULTS}/{k}" for k in range(1, shards + 1)]
     assert all(a.only_gpu and a.lesson == GPU_LESSONS for a in merged)
+
+
+def test_slurm_takes_the_sites_partition_time_memory_and_cores(course_class, tmp_path, capsys):
+    out = tmp_path / "grade.sbatch"
+    assert cli.main(["jobs", "slurm", "--shards", "2", "--course", str(course_class), "--out", str(out), "--cpus", "4",
+                     "--partition", "gpu-a100", "--time", "4:00:00", "--mem", "32G", "--gres", "gpu:a100:1"]) == 0
+    options = sbatch_options(out.read_text())
+    assert {k: options[k] for k in ("cpus-per-task", "partition", "time", "mem", "gres")} == {
+        "cpus-per-task": "4", "partition": "gpu-a100", "time": "4:00:00", "mem": "32G", "gres": "gpu:a100:1"}
+    assert "bubblewrap" in out.read_text()  # the nodes need it: the script says so
 
 
 def test_kubernetes_indexed_job_grades_each_gpu_submission_once(course_class, stand_in, tmp_path):

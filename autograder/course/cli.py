@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat  # quick: without rfc3987_syntax (autograder/__init__.py)
 
 from . import paths as course
+from .jobs import SlurmOptions
 
 # Each command imports what it runs (release and grading bring nbgrader: 1.5 s), so `course X --help` is quick.
 
@@ -174,8 +175,10 @@ def cmd_export(args) -> int:
 def cmd_jobs(args) -> int:
     from . import jobs
 
+    slurm = jobs.SlurmOptions(cpus=args.cpus, gres=args.gres, partition=args.partition, time=args.time, mem=args.mem)
     text = jobs.render(args.engine, args.course, args.shards, args.lesson, image=args.image,
-                       volume_claim=args.volume_claim, out_name=Path(args.out).name if args.out else "FILE")
+                       volume_claim=args.volume_claim, out_name=Path(args.out).name if args.out else "FILE",
+                       slurm=slurm)
     if not args.out:
         sys.stdout.write(text)
         return 0
@@ -262,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    jobs_defaults = SlurmOptions()
     p = sub.add_parser("release", help="собрать solutions/ из lessons/*.py, затем notebooks/ из solutions/")
     p.add_argument("lesson", nargs="*")
     p.set_defaults(run=cmd_release)
@@ -309,6 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--volume-claim", default="course-folder",
                    help="k8s: PersistentVolumeClaim с папкой курса (по умолчанию course-folder)")
     p.add_argument("--out", help="куда записать (по умолчанию — в stdout)")
+    p.add_argument("--cpus", type=int, default=jobs_defaults.cpus, help="Slurm: ядер CPU на задачу (по умолчанию "
+                   f"{jobs_defaults.cpus}: компиляция и проверки рядом с GPU)")
+    p.add_argument("--gres", default=jobs_defaults.gres, help=f"Slurm: ресурсы задачи (по умолчанию {jobs_defaults.gres})")
+    p.add_argument("--partition", help="Slurm: раздел (partition) с GPU-узлами; по умолчанию — раздел кластера")
+    p.add_argument("--time", help="Slurm: предел времени задачи, например 4:00:00; по умолчанию — раздела")
+    p.add_argument("--mem", help="Slurm: память на задачу, например 32G; по умолчанию — кластера")
     p.set_defaults(run=cmd_jobs)
     p = sub.add_parser("publish", help="записать репозиторий студентов (без решений и скрытых тестов)")
     p.add_argument("out", help="папка репозитория студентов (например, его клон)")

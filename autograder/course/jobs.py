@@ -9,6 +9,7 @@ command the file names, after ``kubectl wait``).
 """
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 
@@ -34,8 +35,36 @@ def merge_command(shards: int, lessons: list[str]) -> str:
             + shlex.join([*lessons, "--only-gpu"]) + ' || failed=1; done; test -z "$failed"')
 
 
+@dataclasses.dataclass(frozen=True)
+class SlurmOptions:
+    """What a Slurm site sets per job: its ``#SBATCH`` lines (None: the site's default)."""
+
+    cpus: int = 8  # a task's CPU cores: the grader's processes beside the GPU (compilation, the checks)
+    gres: str = "gpu:1"
+    partition: str | None = None
+    time: str | None = None  # Slurm's format: minutes, or D-HH:MM:SS
+    mem: str | None = None  # e.g. 32G
+
+
+def copied(folder) -> list[str]:
+    """What a task copies of the class folder: only what grading reads (nbgrader's config, the gradebook, the
+    source, release and submitted folders), relative to it — never the environment, .git, node_modules or the hub's
+    state (root's, unreadable to the task: `tar` stopped there)."""
+    coursedir = folder.coursedir()
+    root = Path(folder.root).resolve()
+    candidates = ["nbgrader_config.py", folder.db_path, coursedir.source_directory, coursedir.release_directory,
+                  coursedir.submitted_directory]
+    found = []
+    for candidate in candidates:
+        path = Path(candidate) if Path(candidate).is_absolute() else root / candidate
+        if path.exists() and root in path.resolve().parents:
+            found.append(str(path.resolve().relative_to(root)))
+    return list(dict.fromkeys(found))
+
+
 def render(engine: str, course: Path | str, shards: int, lessons: list[str] = (), *, image: str | None = None,
-           volume_claim: str = "course-folder", out_name: str = "FILE") -> str:
+           volume_claim: str = "course-folder", out_name: str = "FILE",
+           slurm: SlurmOptions = SlurmOptions()) -> str:
     """The job file for ``engine`` ("slurm" or "k8s"): ``shards`` tasks grading the GPU lessons of the class in
     ``course`` (``lessons``, or all GPU lessons of its gradebook)."""
     import jinja2
@@ -61,6 +90,6 @@ def render(engine: str, course: Path | str, shards: int, lessons: list[str] = ()
     environment.filters["shquote"] = shlex.quote
     context = dict(shards=shards, lessons=chosen, results=RESULTS, course=str(folder.root), image=image,
                    volume_claim=volume_claim, mount=K8S_MOUNT, scratch_mount=K8S_SCRATCH, out_name=out_name,
-                   merge=merge_command(shards, chosen), index_var=index_var)
+                   merge=merge_command(shards, chosen), index_var=index_var, copied=copied(folder), slurm=slurm)
     task = environment.get_template("_shard_task.sh.j2").render(context, autograde=autograde_command(chosen))
     return environment.get_template(template).render(context, task=task.rstrip("\n"))
