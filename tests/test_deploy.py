@@ -8,9 +8,10 @@ import tempfile
 import types
 from pathlib import Path
 
+import pytest
 import yaml
 
-from autograder.course import hub
+from autograder.course import cli, hub
 from autograder.course.paths import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -115,8 +116,43 @@ def test_kubernetes_has_a_gpu_profile_and_the_roles_of_the_one_machine_hub():
 
     c = types.SimpleNamespace(KubeSpawner=types.SimpleNamespace())
     exec(values["hub"]["extraConfig"]["course-role"], {"c": c})
+    claim = yaml.safe_load((DEPLOY / "kubernetes" / "course-pvc.yaml").read_text())["metadata"]["name"]
+    job_claim = cli.build_parser().parse_args(["jobs", "k8s", "--shards", "1"]).volume_claim
     for groups, role in ((["instructors"], "instructor"), ([], "student")):
         user = types.SimpleNamespace(groups=[types.SimpleNamespace(name=g) for g in groups])
-        spawner = types.SimpleNamespace(user=user, environment={})
+        spawner = types.SimpleNamespace(user=user, environment={}, volumes=[], volume_mounts=[])
         c.KubeSpawner.pre_spawn_hook(spawner)
         assert spawner.environment["COURSE_ROLE"] == role
+        # The instructors' course folder is the claim the grading Job mounts by default; students never get it.
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in spawner.volumes]
+        assert claims == ([claim] if role == "instructor" else []) and claim == job_claim
+        assert [m["mountPath"] for m in spawner.volume_mounts] == (
+            [spawner.environment["COURSE_DIR"]] if role == "instructor" else [])
+
+
+#: The Kubernetes version the files are checked against (kubernetes-validate's schemas): a release of 2025-26.
+K8S_VERSION = "1.33"
+
+
+def test_the_kubernetes_files_pass_the_api_schemas(tmp_path):
+    """deploy/kubernetes/*-pvc.yaml and the Job of `course jobs k8s` (with the resources it asks for) are valid
+    objects of the Kubernetes API (strict: no field the API does not know)."""
+    import kubernetes_validate
+
+    from helpers import bare_class
+    from autograder.course import jobs
+
+    course = bare_class(tmp_path / "class", {"06_cuda_basics": 10.0}, {"ann": {}}, [("ann", "06_cuda_basics")])
+    job = yaml.safe_load(jobs.render("k8s", course, 2, image="registry.example/course:1",
+                                     slurm=jobs.SlurmOptions(cpus=4, mem="24Gi")))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"] == {"requests": {"cpu": 4, "memory": "24Gi"},
+                                      "limits": {"memory": "24Gi", "nvidia.com/gpu": 1}}
+    documents = [job] + [d for name in ("exchange-pvc.yaml", "course-pvc.yaml")
+                         for d in yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text())]
+    assert len(documents) == 4
+    for document in documents:
+        kubernetes_validate.validate(document, K8S_VERSION, strict=True)
+    broken = {**documents[1], "spec": {**documents[1]["spec"], "accessMode": ["ReadWriteMany"]}}
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check can fail: a misspelt field
+        kubernetes_validate.validate(broken, K8S_VERSION, strict=True)

@@ -37,13 +37,18 @@ def merge_command(shards: int, lessons: list[str]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class SlurmOptions:
-    """What a Slurm site sets per job: its ``#SBATCH`` lines (None: the site's default)."""
+    """What a cluster sets per task: Slurm's ``#SBATCH`` lines (None: the site's default); Kubernetes takes
+    ``cpus`` and ``mem`` as the pod's requests (and the memory as its limit)."""
 
     cpus: int = 8  # a task's CPU cores: the grader's processes beside the GPU (compilation, the checks)
     gres: str = "gpu:1"
     partition: str | None = None
     time: str | None = None  # Slurm's format: minutes, or D-HH:MM:SS
-    mem: str | None = None  # e.g. 32G
+    mem: str | None = None  # e.g. 32G (Kubernetes: 32Gi); None: Slurm's default, K8S_MEMORY on Kubernetes
+
+
+#: A Kubernetes pod's memory when --mem does not say: the checks' 4 GiB caps, the kernel's 8 GiB and CuPy beside.
+K8S_MEMORY = "16Gi"
 
 
 def copied(folder) -> list[str]:
@@ -90,6 +95,7 @@ def render(engine: str, course: Path | str, shards: int, lessons: list[str] = ()
     environment.filters["shquote"] = shlex.quote
     context = dict(shards=shards, lessons=chosen, results=RESULTS, course=str(folder.root), image=image,
                    volume_claim=volume_claim, mount=K8S_MOUNT, scratch_mount=K8S_SCRATCH, out_name=out_name,
-                   merge=merge_command(shards, chosen), index_var=index_var, copied=copied(folder), slurm=slurm)
+                   merge=merge_command(shards, chosen), index_var=index_var, copied=copied(folder), slurm=slurm,
+                   memory=slurm.mem or K8S_MEMORY)
     task = environment.get_template("_shard_task.sh.j2").render(context, autograde=autograde_command(chosen))
     return environment.get_template(template).render(context, task=task.rstrip("\n"))
