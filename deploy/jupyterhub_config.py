@@ -97,6 +97,19 @@ def before_start(spawner) -> None:
 
 c.Spawner.pre_spawn_hook = before_start
 
+# --- idle servers stopped: a class of 200 does not keep 200 servers (and their kernels' memory) all night -------
+#: Seconds without activity after which a user's server is stopped (its files stay; the next login starts it
+#: again). COURSE_IDLE_TIMEOUT overrides; 0 turns the culler off.
+IDLE_TIMEOUT_S = int(os.environ.get("COURSE_IDLE_TIMEOUT", 3600))
+if IDLE_TIMEOUT_S > 0:
+    c.JupyterHub.services = [{"name": "idle-culler", "command": [
+        sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={IDLE_TIMEOUT_S}",
+        f"--cull-every={max(10, min(300, IDLE_TIMEOUT_S // 4))}"]}]
+    c.JupyterHub.load_roles = [*c.JupyterHub.load_roles, {
+        "name": "idle-culler", "description": "stops the servers idle for COURSE_IDLE_TIMEOUT seconds",
+        "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+        "services": ["idle-culler"]}]
+
 # --- the hub itself ----------------------------------------------------------------------------------------
 c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")

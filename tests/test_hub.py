@@ -279,9 +279,9 @@ def hub(python_for_every_user):
         port, token = free_port(), secrets.token_hex(16)
         (base / "test_config.py").write_text(
             f"load_subconfig({str(HUB_CONFIG)!r})\n"
-            f"c.JupyterHub.services = [{{'name': 'hub-test', 'api_token': {token!r}}}]\n"
+            f"c.JupyterHub.services = list(c.JupyterHub.services) + [{{'name': 'hub-test', 'api_token': {token!r}}}]\n"
             "c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{'name': 'hub-test', 'services': ['hub-test'],"
-            " 'scopes': ['admin:users', 'admin:servers', 'tokens']}]\n")
+            " 'scopes': ['admin:users', 'admin:servers', 'tokens', 'list:services', 'read:services']}]\n")
         env = {**os.environ, "COURSE_ID": COURSE_ID, "COURSE_EXCHANGE": str(base / "exchange"),
                "COURSE_DIR": str(course_dir), "COURSE_HUB_STATE": str(base / "state"),
                "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
@@ -352,6 +352,9 @@ def test_a_student_submits_and_the_instructor_grades_on_the_hub(released, tmp_pa
     """One student, through the hub: fetch, a right answer, submit; the instructor collects and autogrades; is the
     grade what `course grade` gives the same notebook?  Both servers have the course's lab."""
     hub = released
+    culler = hub.api("GET", "services")["idle-culler"]  # deploy/jupyterhub_config.py: idle servers are stopped
+    assert culler["command"][-2:] == ["--timeout=3600", "--cull-every=300"] and culler["pid"], culler
+    os.kill(culler["pid"], 0)  # running
     assert_the_course_lab(hub, SAMPLE_STUDENT, student=True)
     assert_the_course_lab(hub, INSTRUCTOR, student=False)
     venv_bin = str(Path(sys.executable).parent)
