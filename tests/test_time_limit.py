@@ -78,6 +78,7 @@ def test_on_an_overloaded_machine_the_workers_start_up_is_not_the_checks_cpu_tim
     """A worker that spent 1.5 s of CPU starting (more than the 1 s limit; a new worker with CuPy can) and then
     waits: the start-up it signed is not counted, so it is not taken for an endless loop."""
     monkeypatch.setattr(cpu_time, "overloaded", lambda: True)
+    monkeypatch.setattr(isolation, "OVERLOADED_WALL_LIMITS", 30)  # the CPU allowance is tested, not the wall cap
     process = subprocess.Popen([sys.executable, "-c", BURNS_THEN_SLEEPS], stdin=subprocess.PIPE,
                                start_new_session=True)
     try:
