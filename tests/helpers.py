@@ -124,3 +124,12 @@ def assert_feedback_hides_hidden_tests(page: str, lesson: str, who: str) -> str:
     assert not found & seeds, (who, found & seeds)
     assert not re.search(r"prompt\">(In|Out)(\s|&nbsp;)*\[\d+\]", page), who  # no run counts
     return text
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the hub's, the lab's, Slurm's daemons)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from autograder.course import paths as course
 
 from autograder.course import grading
 from bank import banks
+from helpers import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -48,12 +48,6 @@ pytestmark = [
                        reason=f"{CHROMIUM} not found: install Debian's chromium (`apt-get install -y chromium`; "
                               ".ci/run does it) to run the browser test"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wrong_attempt(lesson: str):

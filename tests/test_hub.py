@@ -49,7 +49,7 @@ from autograder.course.hub import closed_to_others
 from autograder.nbgrader import cells
 from autograder.nbgrader.gradebook import open_gradebook
 from bank import banks
-from helpers import assert_feedback_hides_hidden_tests, full_only
+from helpers import assert_feedback_hides_hidden_tests, free_port, full_only
 
 LESSON = "02_fused_rmsnorm"
 HUB_CONFIG = course.ROOT / "deploy" / "jupyterhub_config.py"
@@ -80,12 +80,6 @@ def answers(student: str) -> dict[str, str]:
         entry = next(e for e in banks()[LESSON].WRONG if e.name == WRONG_ENTRY)
         return {**reference, **entry.answers}
     return reference
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(*command: str) -> None:

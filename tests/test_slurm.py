@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,16 +23,10 @@ import pytest
 
 from autograder.course import autograde as parallel, jobs, nbgrader_cli
 from class_faults import grades
-from helpers import full_only, submission, untouched_submission
+from helpers import free_port, full_only, submission, untouched_submission
 
 LESSON = "06_cuda_basics"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 SLURM_CONF = """\
