@@ -328,3 +328,18 @@ def test_the_worker_believes_not_gradable_only_from_the_stand_in():
     assert worker._on_the_gpu_stand_in(gpu_check, Judge(None)) is False
     assert worker._on_the_gpu_stand_in(cpu_check, on_stand_in) is False
     assert worker._on_the_gpu_stand_in(posed, Judge(None)) is True
+
+
+def test_the_memory_pool_counts_live_device_arrays_in_cupys_512_byte_units():
+    import gc
+    gc.collect()
+    pool = ecp.get_default_memory_pool()
+    before = pool.used_bytes()
+    x = ecp.zeros(1000, dtype=ecp.float32)  # 4000 bytes: 8 units of 512
+    view, made = x[10:], x + 1
+    assert pool.used_bytes() - before == 2 * 4096 and pool.total_bytes() == pool.used_bytes()
+    del made
+    assert pool.used_bytes() - before == 4096  # a view is no allocation: x stays while the view lives
+    del x, view
+    gc.collect()
+    assert pool.used_bytes() == before and pool.n_free_blocks() == 0

@@ -21,7 +21,8 @@ and must come out the same here (``benchmarks/cupy_golden.py``, ``tests/golden/c
   ``newaxis`` ...) and dtypes are NumPy's, as CuPy's are.
 * ``cuda.Device()`` (by default the attributes of a T4, the GPU a student without one is most likely to get, and
   compute_75 PTX; or an H200's, :data:`DEVICES`), ``cuda.runtime``, ``cuda.Stream``, ``cuda.Event`` (recorded,
-  never timed), ``random`` (seeded by ``random.seed``; other numbers than CuPy's), ``get_default_memory_pool``.
+  never timed), ``random`` (seeded by ``random.seed``; other numbers than CuPy's), ``get_default_memory_pool`` (the live device
+  arrays' bytes in CuPy's 512-byte units; no cached blocks).
 * What it cannot emulate raises :class:`NotEmulated` (``cuda.get_elapsed_time``, ``RawModule(path=...)``): the
   grader's limitation, so a check that meets it is reported as not gradable here, never as the student's 0; an
   unknown name is an ``AttributeError`` that says the same.
@@ -107,6 +108,18 @@ def _count(size: int) -> None:
         counter.sizes.append(int(size))
 
 
+#: Live device allocations, ``id(memory) -> bytes`` (the memory pool's ``used_bytes``): an entry leaves when its
+#: memory is freed.
+_LIVE: dict[int, int] = {}
+
+
+def _track(memory: np.ndarray) -> None:
+    key = id(memory)
+    if key not in _LIVE:
+        _LIVE[key] = memory.nbytes
+        weakref.finalize(memory, _LIVE.pop, key, None)
+
+
 class ndarray(np.ndarray):
     """A device array: NumPy memory that stands for the GPU's."""
 
@@ -115,14 +128,14 @@ class ndarray(np.ndarray):
         # this one wraps (what the stand-in's constructors — empty, zeros, asarray ... — make and view, an
         # elementwise operation's result).  A view of a device array (a slice, .T, reshape) has that array as its
         # base: nothing new.
-        if not _COUNTERS:
-            return
         root = self
         while isinstance(root.base, np.ndarray):
             root = root.base
             if isinstance(root, ndarray):  # a view of a device array
                 return
-        _count(root.nbytes)
+        _track(root)
+        if _COUNTERS:
+            _count(root.nbytes)
 
     def __getitem__(self, key):
         out = super().__getitem__(key)
@@ -527,10 +540,35 @@ _Stream.null = _Stream()
 
 
 class _MemoryPool:
-    """``cupy.get_default_memory_pool()``: the stand-in keeps no freed blocks, so there is nothing to free."""
+    """``cupy.get_default_memory_pool()``: the bytes of the live device arrays, each rounded up to CuPy's
+    allocation unit (512 bytes).  The stand-in keeps no freed blocks: ``total_bytes`` is ``used_bytes`` and there is
+    nothing to free."""
+
+    UNIT = 512
+
+    def __init__(self) -> None:
+        self._limit = 0
+
+    def used_bytes(self) -> int:
+        return sum(-(-size // self.UNIT) * self.UNIT for size in list(_LIVE.values()))
+
+    def total_bytes(self) -> int:
+        return self.used_bytes()
+
+    def free_bytes(self) -> int:
+        return 0
+
+    def n_free_blocks(self) -> int:
+        return 0
 
     def free_all_blocks(self, stream=None):
         pass
+
+    def set_limit(self, size=None, fraction=None):
+        self._limit = int(size or 0)
+
+    def get_limit(self) -> int:
+        return self._limit
 
 
 _POOL = _MemoryPool()
