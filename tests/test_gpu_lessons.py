@@ -433,6 +433,11 @@ def fused_rms_norm_gpu(x, w, eps=1e-6):
             "s += i < D ? v * v : 0.0f; }")}, {SAN07}, says=OUT_OF_BOUNDS,
               also_loses_without_gpu=frozenset({TAILS07})),  # the emulator's exact bounds stop the stray read that a
         # GPU's allocation granularity hides
+        # eps passed as a Python float: CuPy sends a double, the kernel's `float eps` reads its low word (-3.1e-19 for
+        # 1e-6, 89129 for 0.01); the GPU's verdict is predicted from that (not yet run on one: issue 59)
+        Entry("eps_as_python_float", {**SCALAR, "fused_rms_norm_gpu": replace(
+            SCALAR_WRAPPER, "np.int32(D), np.float32(eps)))", "np.int32(D), eps))")}, {EQ07, TAILS07},
+              says="число Python"),
     ]
 
 
@@ -548,6 +553,11 @@ def bank_08() -> list[Entry]:
             step1, "Ks[e] = r < n ? K[(size_t)r * D + e % D] : 0.0f;", "Ks[e] = K[(size_t)r * D + e % D];"),
             "Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;", "Vs[e] = V[(size_t)r * D + e % D];")),
               {SAN08}, says=OUT_OF_BOUNDS, also_loses_without_gpu=frozenset({TAILS08})),  # exact bounds, as in 07
+        # the scale as a Python float: CuPy sends a double (each argument through a pointer of its own, so the later
+        # ones stay in place), the kernel's `float scale` reads its low word: 0 for d = 64 (uniform attention), 3e23
+        # for d = 128; the GPU's verdict is predicted from that (not yet run on one: issue 59)
+        Entry("scale_as_python_float", {**SIMPLE, "flash_attention_gpu": replace(
+            SIMPLE_WRAPPER, "np.float32(d ** -0.5)", "d ** -0.5")}, GPU08, says="число Python"),
         Entry("missing_syncthreads_after_staging", {**SIMPLE, "flash_source": replace(
             SIMPLE_FLASH, "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }\n        __syncthreads();",
             "            Vs[e] = r < n ? V[(size_t)r * D + e % D] : 0.0f;\n        }")},
