@@ -21,8 +21,8 @@ and must come out the same here (``benchmarks/cupy_golden.py``, ``tests/golden/c
   ``newaxis`` ...) and dtypes are NumPy's, as CuPy's are.
 * ``cuda.Device()`` (by default the attributes of a T4, the GPU a student without one is most likely to get, and
   compute_75 PTX; or an H200's, :data:`DEVICES`), ``cuda.runtime``, ``cuda.Stream``, ``cuda.Event`` (recorded,
-  never timed), ``random`` (seeded by ``random.seed``; other numbers than CuPy's), ``get_default_memory_pool`` (the live device
-  arrays' bytes in CuPy's 512-byte units; no cached blocks).
+  never timed), ``random`` (seeded by ``random.seed``; other numbers than CuPy's),
+  ``get_default_memory_pool`` (the live device arrays' bytes in CuPy's 512-byte units; no cached blocks).
 * What it cannot emulate raises :class:`NotEmulated` (``cuda.get_elapsed_time``, ``RawModule(path=...)``): the
   grader's limitation, so a check that meets it is reported as not gradable here, never as the student's 0; an
   unknown name is an ``AttributeError`` that says the same.
